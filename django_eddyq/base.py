@@ -1,0 +1,240 @@
+"""Tasks: the ``@task`` decorator and enqueueing.
+
+``@task`` reads no settings: defaults (queue, attempts) resolve when a job is enqueued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from django.utils import timezone
+
+from django_eddyq.durations import parse_duration
+
+if TYPE_CHECKING:
+    from django_eddyq.models import Job
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+RETAINED_STATES = ("completed", "failed", "cancelled")
+
+Backoff = Callable[[int], "float | timedelta"]
+
+
+class Call:
+    """The arguments of one call, for ``enqueue_many`` items with both kinds of argument.
+
+    ``send.enqueue_many([Call(1, lang="fr"), (2,), {"user_id": 3}])``
+    """
+
+    __slots__ = ("args", "kwargs")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        return f"Call(*{self.args!r}, **{self.kwargs!r})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Task(Generic[P, R]):
+    """A function that can be enqueued; made by ``@task``, refined by ``using()``."""
+
+    func: Callable[P, R]
+    queue: str | None = None
+    priority: int = 0
+    max_attempts: int | None = None
+    timeout: timedelta | None = None
+    backoff: Backoff | None = None
+    retention: Mapping[str, float | None] | None = None
+    run_at: datetime | timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue is not None:
+            validate_queue_name(self.queue)
+        validate_priority(self.priority)
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise ValueError(f"max_attempts must be an integer ≥ 1, not {self.max_attempts!r}")
+        if self.run_at is not None:
+            validate_run_at(self.run_at)
+
+    @property
+    def path(self) -> str:
+        """``module.qualname``: how a worker finds this task again."""
+        return f"{self.func.__module__}.{self.func.__qualname__}"
+
+    @property
+    def name(self) -> str:
+        return self.func.__name__
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function here and now, as a plain call."""
+        return self.func(*args, **kwargs)
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | timedelta | None = None,
+        max_attempts: int | None = None,
+        timeout: str | float | timedelta | None = None,
+        retention: Mapping[str, object] | None = None,
+    ) -> Task[P, R]:
+        """Return a copy with these options changed; ``run_at`` may be a delay."""
+        changes: dict[str, Any] = {}
+        if queue is not None:
+            changes["queue"] = queue
+        if priority is not None:
+            changes["priority"] = priority
+        if run_at is not None:
+            changes["run_at"] = run_at
+        if max_attempts is not None:
+            changes["max_attempts"] = max_attempts
+        if timeout is not None:
+            changes["timeout"] = parse_duration(timeout, name="timeout")
+        if retention is not None:
+            changes["retention"] = parse_retention(retention)
+        return dataclasses.replace(self, **changes)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Store one job; part of the current transaction on the queue's database."""
+        from django_eddyq.producer import JobSpec, insert_jobs
+
+        return insert_jobs([JobSpec.for_task(self, args, kwargs)])[0]
+
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any] | Call]
+    ) -> list[Job]:
+        """Store many jobs in one round trip: all of them, or none if any argument is invalid.
+
+        Each item is a tuple of positional arguments, a dict of keyword arguments, or a
+        ``Call(*args, **kwargs)`` for both.
+        """
+        from django_eddyq.producer import JobSpec, insert_jobs
+
+        specs = []
+        for index, call in enumerate(calls):
+            args, kwargs = _split_call(call, index)
+            specs.append(JobSpec.for_task(self, args, kwargs))
+        return insert_jobs(specs)
+
+
+def _split_call(
+    call: Sequence[Any] | Mapping[str, Any] | Call, index: int
+) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    if isinstance(call, Call):
+        return call.args, call.kwargs
+    if isinstance(call, Mapping):
+        return (), call
+    if isinstance(call, list | tuple):
+        return call, {}
+    raise TypeError(
+        f"enqueue_many item {index} must be a tuple of positional arguments, a dict of keyword "
+        f"arguments or a Call(...), not {type(call).__name__}"
+    )
+
+
+@overload
+def task(function: Callable[P, R], /) -> Task[P, R]: ...
+
+
+@overload
+def task(
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    timeout: str | float | timedelta | None = None,
+    backoff: Backoff | None = None,
+    retention: Mapping[str, object] | None = None,
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+
+def task(
+    function: Callable[P, R] | None = None,
+    /,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    timeout: str | float | timedelta | None = None,
+    backoff: Backoff | None = None,
+    retention: Mapping[str, object] | None = None,
+) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``."""
+
+    def wrap(func: Callable[P, R]) -> Task[P, R]:
+        return Task(
+            func=func,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=None if timeout is None else parse_duration(timeout, name="timeout"),
+            backoff=backoff,
+            retention=None if retention is None else parse_retention(retention),
+        )
+
+    if function is not None:
+        return wrap(function)
+    return wrap
+
+
+def validate_queue_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise ValueError(
+            f"queue name {name!r} is invalid: use 1 to 64 of letters, digits and _ . : -"
+        )
+    return name
+
+
+def validate_priority(priority: object) -> int:
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+    ):
+        raise ValueError(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
+        )
+    return priority
+
+
+def validate_run_at(run_at: object) -> None:
+    if isinstance(run_at, timedelta):
+        if run_at < timedelta(0):
+            raise ValueError(f"run_at as a delay must not be negative, not {run_at!r}")
+    elif isinstance(run_at, datetime):
+        if timezone.is_naive(run_at):
+            raise ValueError(f"run_at must be timezone-aware, not the naive {run_at.isoformat()}")
+    else:
+        raise TypeError(f"run_at must be a datetime or a timedelta, not {type(run_at).__name__}")
+
+
+def parse_retention(retention: Mapping[str, object]) -> dict[str, float | None]:
+    """A per-job override: seconds to keep the job in each named terminal state; None = forever."""
+    if not isinstance(retention, Mapping):
+        raise TypeError(f"retention must be a dict, not {type(retention).__name__}")
+    parsed: dict[str, float | None] = {}
+    for state, value in retention.items():
+        if state not in RETAINED_STATES:
+            raise ValueError(
+                f"retention key {state!r} is not a terminal state: use {', '.join(RETAINED_STATES)}"
+            )
+        parsed[state] = (
+            None if value is None else parse_duration(value, name=f"retention[{state!r}]").total_seconds()
+        )
+    return parsed

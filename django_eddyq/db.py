@@ -1,0 +1,31 @@
+"""The queue's own connections, apart from the ones Django lends to user code.
+
+The worker's bookkeeping (claims, heartbeats, completions) runs on connections of its own, made
+from the queue database's Django settings, so that a handler that breaks its transaction can
+never break the worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+from django_eddyq.conf import eddyq_settings
+
+# Django-only keys of the connection parameters; psycopg must not see them.
+_DJANGO_ONLY_PARAMS = ("cursor_factory", "context")
+
+
+def connection_params(alias: str | None = None) -> dict[str, Any]:
+    params = connections[alias or eddyq_settings.DATABASE].get_connection_params()
+    for key in _DJANGO_ONLY_PARAMS:
+        params.pop(key, None)
+    params.setdefault("application_name", "django-eddyq")
+    return params
+
+
+def connect(alias: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:
+    """An autocommit connection: each statement is its own short transaction."""
+    return psycopg.connect(**connection_params(alias), autocommit=True)

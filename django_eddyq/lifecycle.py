@@ -1,0 +1,95 @@
+"""The one start/stop/run-once shape shared by the worker, the elector and every service."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from datetime import datetime
+
+logger = logging.getLogger("django_eddyq")
+
+# How long a loop waits after a failing pass grows from this, doubling, up to its interval.
+FIRST_RETRY_SECONDS = 0.5
+
+
+class Loop:
+    """Something that repeats a single pass until it is stopped.
+
+    ``run_once(now=None)`` does one pass and returns how many rows it changed; ``run()`` repeats
+    it with ``interval()`` seconds (plus a little jitter) between passes, logging a failing pass
+    and trying again later instead of dying; ``start()`` runs that in a thread, ``stop()`` ends
+    it, ``wake()`` cuts the current wait short.
+    """
+
+    name = "loop"
+    jitter = 0.1  # Fraction of the interval, so that many processes don't tick in step.
+
+    def __init__(self) -> None:
+        self._stopping = threading.Event()
+        self._woken = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # What a subclass provides.
+    def run_once(self, now: datetime | None = None) -> int:
+        raise NotImplementedError
+
+    def interval(self) -> float | None:
+        """Seconds between passes; None means the loop is disabled."""
+        raise NotImplementedError
+
+    def on_start(self) -> None:
+        """Runs in the loop's thread before the first pass."""
+
+    def on_stop(self) -> None:
+        """Runs in the loop's thread after the last pass, even after an error."""
+
+    # The shared lifecycle.
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self.run, name=f"eddyq-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._woken.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the loop's thread to end; True if it has."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    def wait(self, seconds: float | None) -> None:
+        """Sleep up to ``seconds`` (None: until woken), returning early when woken or stopped."""
+        if self._woken.wait(seconds):
+            self._woken.clear()
+
+    def run(self) -> None:
+        interval = self.interval()
+        if interval is None:
+            return
+        self.on_start()
+        failures = 0
+        try:
+            while not self.stopping:
+                try:
+                    self.run_once()
+                    failures = 0
+                    delay = interval
+                except Exception:
+                    failures += 1
+                    delay = min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+                    logger.exception("eddyq %s: pass failed; trying again in %.1fs", self.name, delay)
+                if not self.stopping:
+                    self.wait(delay * (1 + random.uniform(-self.jitter, self.jitter)))
+        finally:
+            self.on_stop()

@@ -1,0 +1,95 @@
+"""``python manage.py eddyq_worker``: run jobs until stopped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.module_loading import autodiscover_modules
+
+from django_eddyq.base import validate_queue_name
+from django_eddyq.worker import Worker
+from django_eddyq.worker.signals import on_stop_signals
+from django_eddyq.worker.supervisor import Supervisor
+
+
+def queue_list(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise ValueError("no queue names given")
+    return [validate_queue_name(name) for name in names]
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(f"{value} is not a positive integer")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run eddyq jobs: claim, run and record them until stopped (SIGTERM/SIGINT)."
+
+    # The checks run in handle() so that they run under call_command() too: a worker with
+    # broken settings must never start.
+    requires_system_checks: list[str] = []  # noqa: RUF012 - Django's own attribute
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues",
+            type=queue_list,
+            default=None,
+            help="Comma-separated queues to work on (default: all queues).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=10,
+            help="Jobs run at once per process: sync ones on threads, async ones on an event "
+            "loop (default: 10).",
+        )
+        parser.add_argument(
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="Worker processes under one supervisor (default: 1, no supervisor).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Promote due jobs, work until no available job remains, then exit.",
+        )
+        parser.add_argument(
+            "--no-maintenance",
+            action="store_false",
+            dest="maintenance",
+            help="Never take part in the leader election that runs maintenance.",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            default=30.0,
+            help="Seconds running jobs get to finish after a stop signal (default: 30).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.check(display_num_errors=False)
+        if options["shutdown_timeout"] < 0:
+            raise CommandError("--shutdown-timeout must not be negative")
+        # Imported once here, so that forked worker processes share them.
+        autodiscover_modules("tasks")
+
+        def make_worker() -> Worker:
+            return Worker(
+                queues=options["queues"],
+                concurrency=options["concurrency"],
+                burst=options["burst"],
+                shutdown_timeout=options["shutdown_timeout"],
+            )
+
+        if options["processes"] > 1:
+            Supervisor(options["processes"], make_worker).run()
+            return
+        worker = make_worker()
+        on_stop_signals(worker.stop, who=f"worker {worker.id}")
+        worker.run()

@@ -1,0 +1,204 @@
+"""The queue's tables: jobs, batches, queues and the leader lease."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+from django_eddyq.base import PRIORITY_MAX, PRIORITY_MIN
+
+
+class Job(models.Model):
+    class State(models.TextChoices):
+        SCHEDULED = "scheduled", _("scheduled")
+        AVAILABLE = "available", _("available")
+        RUNNING = "running", _("running")
+        RETRYABLE = "retryable", _("retryable")
+        COMPLETED = "completed", _("completed")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
+
+    TERMINAL_STATES: ClassVar[frozenset[str]] = frozenset(
+        {State.COMPLETED, State.FAILED, State.CANCELLED}
+    )
+
+    id = models.BigAutoField(primary_key=True)
+    task = models.CharField(_("task"), max_length=255, help_text=_("module.qualname"))
+    args = models.JSONField(_("positional arguments"), default=list)
+    kwargs = models.JSONField(_("keyword arguments"), default=dict)
+    queue = models.CharField(_("queue"), max_length=64, default="default")
+    priority = models.SmallIntegerField(
+        _("priority"), default=0, help_text=_("From -100 to 100; higher runs first.")
+    )
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.AVAILABLE
+    )
+    attempt = models.PositiveIntegerField(_("attempt"), default=0)
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=25)
+    run_at = models.DateTimeField(_("run at"), db_default=Now())
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
+    finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
+    locked_by = models.CharField(_("locked by"), max_length=255, null=True, blank=True)
+    locked_until = models.DateTimeField(_("locked until"), null=True, blank=True)
+    heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
+    errors = models.JSONField(_("errors"), default=list)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    batch = models.ForeignKey(
+        "Batch",
+        verbose_name=_("batch"),
+        null=True,
+        blank=True,
+        related_name="jobs",
+        # The database sets it NULL (see the migration): maintenance deletes batches in SQL.
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+    )
+    retention = models.JSONField(
+        _("retention override"),
+        null=True,
+        blank=True,
+        help_text=_("Seconds to keep this job per terminal state; null keeps it forever."),
+    )
+    metadata = models.JSONField(_("metadata"), default=dict)
+
+    class Meta:
+        db_table = "eddyq_jobs"
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        ordering: ClassVar[list[str]] = ["-id"]
+        constraints: ClassVar[list[Any]] = [
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="eddyq_jobs_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["scheduled", "available", "running", "retryable", "completed", "failed", "cancelled"]),
+                name="eddyq_jobs_state_valid",
+            ),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="eddyq_jobs_max_attempts"),
+        ]
+        indexes: ClassVar[list[models.Index]] = [
+            # The claim reads available jobs in priority then run_at order straight off an
+            # index: across all queues, or within the queues a worker was given.
+            models.Index(
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="eddyq_jobs_claim_idx",
+                condition=Q(state="available"),
+            ),
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="eddyq_jobs_queue_claim_idx",
+                condition=Q(state="available"),
+            ),
+            # The scheduler promotes due scheduled and retryable jobs.
+            models.Index(
+                "run_at",
+                name="eddyq_jobs_due_idx",
+                condition=Q(state__in=["scheduled", "retryable"]),
+            ),
+            # The rescuer finds running jobs whose lease has passed.
+            models.Index(
+                "locked_until",
+                name="eddyq_jobs_lease_idx",
+                condition=Q(state="running"),
+            ),
+            # The cleaner and the admin walk terminal jobs by state and age.
+            models.Index(
+                "state",
+                "finalized_at",
+                name="eddyq_jobs_finalized_idx",
+                condition=Q(state__in=["completed", "failed", "cancelled"]),
+            ),
+            models.Index("batch", name="eddyq_jobs_batch_idx", condition=Q(batch__isnull=False)),
+            models.Index("task", "state", name="eddyq_jobs_task_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task}#{self.pk} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL_STATES
+
+
+class Batch(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        COMPLETE = "complete", _("complete")
+
+    id = models.BigAutoField(primary_key=True)
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.PENDING
+    )
+    sealed = models.BooleanField(
+        _("sealed"), default=False, help_text=_("No more jobs can join once sealed.")
+    )
+    callback_task = models.CharField(_("callback task"), max_length=255, blank=True)
+    callback_args = models.JSONField(_("callback arguments"), default=list)
+    callback_kwargs = models.JSONField(_("callback keyword arguments"), default=dict)
+    callback_job = models.BigIntegerField(_("callback job id"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
+    metadata = models.JSONField(_("metadata"), default=dict)
+
+    class Meta:
+        db_table = "eddyq_batches"
+        verbose_name = _("batch")
+        verbose_name_plural = _("batches")
+        ordering: ClassVar[list[str]] = ["-id"]
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index(
+                "finalized_at",
+                name="eddyq_batches_finalized_idx",
+                condition=Q(state="complete"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} ({self.state})"
+
+
+class Queue(models.Model):
+    name = models.CharField(_("name"), max_length=64, primary_key=True)
+    paused_at = models.DateTimeField(_("paused at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+    metadata = models.JSONField(_("metadata"), default=dict)
+
+    class Meta:
+        db_table = "eddyq_queues"
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
+        ordering: ClassVar[list[str]] = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_paused(self) -> bool:
+        return self.paused_at is not None
+
+
+class Leader(models.Model):
+    name = models.CharField(_("election"), max_length=64, primary_key=True)
+    leader_id = models.CharField(_("leader"), max_length=255)
+    elected_at = models.DateTimeField(_("elected at"), db_default=Now())
+    expires_at = models.DateTimeField(_("expires at"))
+
+    class Meta:
+        db_table = "eddyq_leader"
+        verbose_name = _("leader")
+        verbose_name_plural = _("leaders")
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.leader_id}"

@@ -1,0 +1,187 @@
+"""Running one job's handler and turning what happened into an outcome to store."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import random
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import lru_cache
+from importlib import import_module
+from typing import Any
+
+from django.db import close_old_connections
+
+from django_eddyq.arguments import normalize_json
+from django_eddyq.base import Task
+from django_eddyq.exceptions import Discard, Snooze, TaskNotFound
+
+logger = logging.getLogger("django_eddyq")
+
+
+@dataclasses.dataclass(slots=True)
+class ClaimedJob:
+    """A job this worker holds the lease of, as the claim returned it."""
+
+    id: int
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    attempted_at: datetime
+    batch_id: int | None
+    metadata: dict[str, Any]
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    """How an attempt ended: the row values one fenced statement writes for it."""
+
+    job: ClaimedJob
+    state: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    delay: float | None = None
+    attempt_given_back: int = 0
+
+    @property
+    def summary(self) -> str:
+        if self.error is not None:
+            return str(self.error["error"])
+        return self.state
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handler:
+    """What a task path resolves to: the function and the options the worker needs."""
+
+    func: Callable[..., Any]
+    timeout: float | None
+    backoff: Callable[[int], float | timedelta] | None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+
+@lru_cache(maxsize=4096)
+def resolve(path: str) -> Handler:
+    """Import ``module.qualname``, trying the longest importable module prefix."""
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name, attributes = ".".join(parts[:split]), parts[split:]
+        try:
+            target: Any = import_module(module_name)
+        except ImportError as error:
+            if error.name is not None and not module_name.startswith(error.name):
+                # The module exists but itself failed to import something: say so.
+                raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
+            continue
+        try:
+            for attribute in attributes:
+                target = getattr(target, attribute)
+        except AttributeError as error:
+            raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
+        return _handler_for(target, path)
+    raise TaskNotFound(f"cannot import task {path!r}: no such module")
+
+
+def _handler_for(target: Any, path: str) -> Handler:
+    if isinstance(target, Task):
+        timeout = target.timeout.total_seconds() if target.timeout is not None else None
+        return Handler(func=target.func, timeout=timeout, backoff=target.backoff)
+    if callable(target):
+        return Handler(func=target, timeout=None, backoff=None)
+    raise TaskNotFound(f"cannot run task {path!r}: it is a {type(target).__name__}, not a callable")
+
+
+def default_backoff(attempt: int) -> float:
+    """River's curve: attempt⁴ seconds, with ±10 % jitter so retries don't arrive in step."""
+    return float(attempt**4) * random.uniform(0.9, 1.1)
+
+
+def retry_delay(handler: Handler | None, attempt: int) -> float:
+    if handler is None or handler.backoff is None:
+        return default_backoff(attempt)
+    delay = handler.backoff(attempt)
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    return max(seconds, 0.0)
+
+
+def error_entry(job: ClaimedJob, error: BaseException) -> dict[str, Any]:
+    kind = type(error)
+    return {
+        "attempt": job.attempt,
+        "error": f"{kind.__name__}: {error}",
+        "exception_class": f"{kind.__module__}.{kind.__qualname__}",
+        "traceback": "".join(traceback.format_exception(error)),
+    }
+
+
+def failure(job: ClaimedJob, handler: Handler | None, error: BaseException) -> Outcome:
+    """A failed attempt: retryable after the backoff, or failed once attempts are used up."""
+    entry = error_entry(job, error)
+    if job.attempt >= job.max_attempts:
+        return Outcome(job, "failed", error=entry)
+    return Outcome(job, "retryable", error=entry, delay=retry_delay(handler, job.attempt))
+
+
+def timed_out(job: ClaimedJob, handler: Handler) -> Outcome:
+    error = TimeoutError(f"task {job.task} ran longer than its timeout of {handler.timeout:g}s")
+    return failure(job, handler, error)
+
+
+def returned(job: ClaimedJob) -> Outcome:
+    """Handed back unfinished at shutdown: available again, the attempt not counted."""
+    return Outcome(job, "available", attempt_given_back=1)
+
+
+def _settle(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
+    try:
+        result = normalize_json(value, where=f"the return value of {job.task}")
+    except TypeError as error:
+        return failure(job, handler, error)
+    return Outcome(job, "completed", result=result)
+
+
+def _steer(job: ClaimedJob, handler: Handler | None, error: BaseException) -> Outcome:
+    if isinstance(error, Snooze):
+        return Outcome(job, "scheduled", delay=error.seconds, attempt_given_back=1)
+    if isinstance(error, Discard):
+        return Outcome(job, "failed", error=error_entry(job, error))
+    return failure(job, handler, error)
+
+
+def run_sync(job: ClaimedJob, handler: Handler) -> Outcome:
+    """Run a sync handler on this thread, with Django's connection-age handling around it."""
+    close_old_connections()
+    try:
+        value = handler.func(*job.args, **job.kwargs)
+        return _settle(job, handler, value)
+    except (Exception, SystemExit) as error:
+        return _steer(job, handler, error)
+    finally:
+        close_old_connections()
+
+
+async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
+    """Run an async handler on the worker's event loop; its timeout cancels it."""
+    deadline = asyncio.timeout(handler.timeout)
+    try:
+        async with deadline:
+            value = await handler.func(*job.args, **job.kwargs)
+        return _settle(job, handler, value)
+    except TimeoutError as error:
+        if deadline.expired():
+            return timed_out(job, handler)
+        return _steer(job, handler, error)
+    except (Exception, SystemExit) as error:
+        return _steer(job, handler, error)

@@ -1,0 +1,122 @@
+"""``--processes P``: several worker processes under one supervisor.
+
+The supervisor runs no jobs and holds no database connection. It forks its children after
+Django is set up and the tasks are imported (so they share that memory), forwards stop signals
+to them, restarts a child that dies, waiting longer after each quick death, and returns once
+every child has stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.context import ForkProcess
+
+from django.db import connections
+
+from django_eddyq.worker.signals import on_stop_signals
+from django_eddyq.worker.worker import Worker
+
+logger = logging.getLogger("django_eddyq")
+
+# A child that dies is restarted after a wait that doubles with each death in a row, up to the
+# cap; one that ran longer than HEALTHY_SECONDS starts the count again.
+RESTART_FIRST_SECONDS = 1.0
+RESTART_MAX_SECONDS = 60.0
+HEALTHY_SECONDS = 60.0
+POLL_SECONDS = 0.2
+
+
+class Supervisor:
+    def __init__(self, processes: int, make_worker: Callable[[], Worker]) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, not {processes}")
+        self.processes = processes
+        self.make_worker = make_worker
+        self._context = multiprocessing.get_context("fork")
+        self._children: dict[int, tuple[ForkProcess, float]] = {}  # slot -> process, start
+        self._deaths_in_a_row: dict[int, int] = {}
+        self._restart_at: dict[int, float] = {}
+        self._stopping = False
+        self._signal_to_forward: int | None = None
+
+    def run(self) -> int:
+        on_stop_signals(self._stop, who="supervisor", before_exit=self._signal_children)
+        for slot in range(self.processes):
+            self._spawn(slot)
+        while self._children or (self._restart_at and not self._stopping):
+            self._reap()
+            self._restart_due()
+            time.sleep(POLL_SECONDS)
+        logger.info("eddyq supervisor: all %d worker processes stopped", self.processes)
+        return 0
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self._restart_at.clear()
+        self._signal_children()
+
+    def _signal_children(self) -> None:
+        for process, _started in self._children.values():
+            if process.pid is not None and process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+
+    def _spawn(self, slot: int) -> None:
+        # A forked child must not share the parent's database sockets.
+        connections.close_all()
+        process = self._context.Process(target=self._child_main, name=f"eddyq-worker-{slot}")
+        process.start()
+        self._children[slot] = (process, time.monotonic())
+        logger.info("eddyq supervisor: started worker process %s (slot %d)", process.pid, slot)
+
+    def _child_main(self) -> None:
+        # Its own process group: a Ctrl-C in the terminal reaches only the supervisor, which
+        # forwards it once, so a child never sees it twice.
+        os.setpgrp()
+        supervisor_pid = os.getppid()
+        worker = self.make_worker()
+        on_stop_signals(worker.stop, who=f"worker {worker.id}")
+        threading.Thread(
+            target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
+        ).start()
+        worker.run()
+
+    def _reap(self) -> None:
+        for slot, (process, started) in list(self._children.items()):
+            if process.is_alive():
+                continue
+            process.join()
+            del self._children[slot]
+            if process.exitcode == 0 or self._stopping:
+                continue
+            lived = time.monotonic() - started
+            deaths = 1 if lived > HEALTHY_SECONDS else self._deaths_in_a_row.get(slot, 0) + 1
+            self._deaths_in_a_row[slot] = deaths
+            wait = min(RESTART_FIRST_SECONDS * 2 ** (deaths - 1), RESTART_MAX_SECONDS)
+            self._restart_at[slot] = time.monotonic() + wait
+            logger.warning(
+                "eddyq supervisor: worker process %s died (exit code %s); restarting in %.0fs",
+                process.pid,
+                process.exitcode,
+                wait,
+            )
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for slot, when in list(self._restart_at.items()):
+            if now >= when and not self._stopping:
+                del self._restart_at[slot]
+                self._spawn(slot)
+
+
+def _stop_when_orphaned(worker: Worker, supervisor_pid: int) -> None:
+    """A child whose supervisor was killed stops gracefully rather than running on unsupervised."""
+    while os.getppid() == supervisor_pid:
+        time.sleep(POLL_SECONDS * 5)
+    logger.warning("eddyq worker %s: its supervisor is gone, stopping", worker.id)
+    worker.stop()

@@ -1,0 +1,437 @@
+"""The worker: claims jobs, runs their handlers, renews their leases and records how they ended."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import queue
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from django.utils.module_loading import autodiscover_modules
+from psycopg.types.json import Jsonb
+
+from django_eddyq import db, sql
+from django_eddyq.base import validate_queue_name
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.exceptions import TaskNotFound
+from django_eddyq.lifecycle import Loop
+from django_eddyq.listener import Listener
+from django_eddyq.worker.execution import (
+    ClaimedJob,
+    Handler,
+    Outcome,
+    failure,
+    resolve,
+    returned,
+    run_async,
+    run_sync,
+    timed_out,
+)
+
+logger = logging.getLogger("django_eddyq")
+
+# Reconnection waits grow from this, doubling, up to the cap.
+RECONNECT_FIRST_SECONDS = 0.5
+RECONNECT_MAX_SECONDS = 10.0
+# How many due jobs a burst worker promotes per pass.
+PROMOTE_BATCH = 1000
+
+
+def make_worker_id() -> str:
+    """Unique per process and start: host, pid and a random suffix (pids get reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class RunningJob:
+    """A claimed job whose handler was started; main-thread bookkeeping."""
+
+    job: ClaimedJob
+    handler: Handler | None
+    deadline: float | None  # time.monotonic() after which the attempt has timed out
+    settled: bool = False  # its outcome is already decided (timed out, lost): ignore a late one
+
+
+class Worker(Loop):
+    """One worker process's job loop.
+
+    The main thread owns all bookkeeping and the worker's own database connection; handler
+    threads and the event loop only hand back outcomes. Each pass writes the finished jobs in
+    one statement, renews leases when due, then claims as many jobs as there are free slots.
+    """
+
+    name = "worker"
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 10,
+        burst: bool = False,
+        shutdown_timeout: float = 30.0,
+        worker_id: str | None = None,
+    ) -> None:
+        super().__init__()
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self.queues = [validate_queue_name(name) for name in queues] if queues else None
+        self.concurrency = concurrency
+        self.burst = burst
+        self.shutdown_timeout = shutdown_timeout
+        self.id = worker_id or make_worker_id()
+
+        self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._listener: Listener | None = None
+        self._threads: list[threading.Thread] = []
+        self._work: queue.SimpleQueue[RunningJob | None] = queue.SimpleQueue()
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+
+        self._running: dict[int, RunningJob] = {}
+        self._busy_slots = 0
+        self._finished: deque[tuple[RunningJob, Outcome]] = deque()  # appended by handlers
+        self._to_write: list[Outcome] = []
+        self._next_heartbeat = 0.0
+        self._claimed_full_batch = False
+        self._drain_deadline: float | None = None
+        self.processed = 0
+
+    # Lifecycle.
+    def on_start(self) -> None:
+        autodiscover_modules("tasks")
+        self._connection = db.connect()
+        if eddyq_settings.LISTEN_NOTIFY:
+            self._listener = Listener()
+            self._listener.subscribe(sql.JOBS_CHANNEL, self._on_jobs_notification)
+            self._listener.start()
+        for number in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._handler_thread, name=f"eddyq-handler-{number}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        self._event_loop = asyncio.new_event_loop()
+        threading.Thread(
+            target=self._event_loop.run_forever, name="eddyq-event-loop", daemon=True
+        ).start()
+        self._next_heartbeat = time.monotonic() + self._heartbeat_seconds()
+        logger.info(
+            "eddyq worker %s started: queues %s, concurrency %d%s",
+            self.id,
+            ", ".join(self.queues) if self.queues else "all",
+            self.concurrency,
+            ", burst" if self.burst else "",
+        )
+
+    def on_stop(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+        for _ in self._threads:
+            self._work.put(None)
+        if self._event_loop is not None:
+            self._event_loop.call_soon_threadsafe(self._event_loop.stop)
+        if self._connection is not None:
+            self._connection.close()
+        logger.info("eddyq worker %s stopped after %d jobs", self.id, self.processed)
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs get ``shutdown_timeout`` seconds to finish."""
+        if self._drain_deadline is None:
+            self._drain_deadline = time.monotonic() + self.shutdown_timeout
+        super().stop()
+
+    def interval(self) -> float:
+        return eddyq_settings.POLL_INTERVAL.total_seconds()
+
+    def run(self) -> None:
+        self.on_start()
+        try:
+            while True:
+                try:
+                    self.run_once()
+                except psycopg.OperationalError as error:
+                    self._reconnect(error)
+                    continue
+                if self.stopping and (not self._running or self._past_drain_deadline()):
+                    break
+                if self.burst and self._idle():
+                    break
+                self.wait(self._next_wait())
+            self._hand_back_unfinished()
+        finally:
+            self.on_stop()
+
+    # One pass.
+    def run_once(self, now: datetime | None = None) -> int:
+        self._collect_finished()
+        self._check_deadlines()
+        changed = self._write_outcomes()
+        if time.monotonic() >= self._next_heartbeat:
+            self._heartbeat()
+        self._claimed_full_batch = False
+        if not self.stopping:
+            if self.burst:
+                changed += self._promote_due()
+            changed += self._claim()
+        return changed
+
+    def _collect_finished(self) -> None:
+        while self._finished:
+            running, outcome = self._finished.popleft()
+            self._busy_slots -= 1
+            if not running.settled:
+                running.settled = True
+                self._to_write.append(outcome)
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for running in self._running.values():
+            if (
+                not running.settled
+                and running.deadline is not None
+                and now >= running.deadline
+                and running.handler is not None
+            ):
+                # The thread can't be killed: it keeps its slot until the handler returns.
+                running.settled = True
+                self._to_write.append(timed_out(running.job, running.handler))
+
+    def _write_outcomes(self) -> int:
+        if not self._to_write:
+            return 0
+        outcomes = self._to_write
+        rows = self._execute(
+            sql.FINISH_JOBS,
+            {
+                "worker_id": self.id,
+                "ids": [outcome.job.id for outcome in outcomes],
+                "attempts": [outcome.job.attempt for outcome in outcomes],
+                "states": [outcome.state for outcome in outcomes],
+                "results": [
+                    None if outcome.result is None else Jsonb(outcome.result)
+                    for outcome in outcomes
+                ],
+                "errors": [
+                    None if outcome.error is None else Jsonb(outcome.error) for outcome in outcomes
+                ],
+                "delays": [outcome.delay for outcome in outcomes],
+                "attempts_given_back": [outcome.attempt_given_back for outcome in outcomes],
+            },
+        )
+        self._to_write = []
+        written = {row[0] for row in rows}
+        for outcome in outcomes:
+            self._running.pop(outcome.job.id, None)
+            self.processed += 1
+            self._log_outcome(outcome, written=outcome.job.id in written)
+        return len(written)
+
+    def _log_outcome(self, outcome: Outcome, *, written: bool) -> None:
+        job = outcome.job
+        if not written:
+            logger.info(
+                "eddyq job %s (%s): outcome %s discarded, the job is no longer this worker's "
+                "(its lease expired and it was rescued, or it was cancelled)",
+                job.id,
+                job.task,
+                outcome.summary,
+            )
+        elif outcome.state == "retryable":
+            logger.warning(
+                "eddyq job %s (%s) failed attempt %d of %d, retrying in %.1fs: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                job.max_attempts,
+                outcome.delay,
+                outcome.summary,
+            )
+        elif outcome.state == "failed":
+            logger.warning(
+                "eddyq job %s (%s) failed for good after attempt %d of %d: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                job.max_attempts,
+                outcome.summary,
+            )
+
+    def _heartbeat(self) -> None:
+        self._next_heartbeat = time.monotonic() + self._heartbeat_seconds()
+        held = [job_id for job_id, running in self._running.items() if not running.settled]
+        if not held:
+            return
+        rows = self._execute(
+            sql.HEARTBEAT,
+            {"ids": held, "worker_id": self.id, "lease_seconds": self._lease_seconds()},
+        )
+        renewed = {row[0] for row in rows}
+        for job_id in held:
+            if job_id not in renewed:
+                running = self._running.pop(job_id)
+                running.settled = True
+                logger.warning(
+                    "eddyq job %s (%s) is no longer this worker's: its lease was lost; "
+                    "its handler's result will be discarded",
+                    job_id,
+                    running.job.task,
+                )
+
+    def _promote_due(self) -> int:
+        statement, params = (
+            (sql.PROMOTE_DUE_FROM_QUEUES, {"queues": self.queues})
+            if self.queues
+            else (sql.PROMOTE_DUE_ANY_QUEUE, {})
+        )
+        rows = self._execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
+        return int(rows[0][0])
+
+    def _claim(self) -> int:
+        free = self.concurrency - self._busy_slots
+        if free <= 0:
+            return 0
+        statement, params = (
+            (sql.CLAIM_FROM_QUEUES, {"queues": self.queues})
+            if self.queues
+            else (sql.CLAIM_ANY_QUEUE, {})
+        )
+        rows = self._execute(
+            statement,
+            {
+                **params,
+                "limit": free,
+                "worker_id": self.id,
+                "lease_seconds": self._lease_seconds(),
+            },
+        )
+        jobs = sorted((ClaimedJob(*row) for row in rows), key=_claim_order)
+        for job in jobs:
+            self._start(job)
+        self._claimed_full_batch = len(jobs) == free
+        return len(jobs)
+
+    def _start(self, job: ClaimedJob) -> None:
+        self._busy_slots += 1
+        try:
+            handler = resolve(job.task)
+        except TaskNotFound as error:
+            running = RunningJob(job, None, None)
+            self._running[job.id] = running
+            self._finished.append((running, failure(job, None, error)))
+            return
+        deadline = time.monotonic() + handler.timeout if handler.timeout is not None else None
+        running = RunningJob(job, handler, deadline)
+        self._running[job.id] = running
+        if handler.is_async:
+            assert self._event_loop is not None
+            future = asyncio.run_coroutine_threadsafe(run_async(job, handler), self._event_loop)
+            future.add_done_callback(lambda done: self._async_done(running, done))
+        else:
+            self._work.put(running)
+
+    # Handler side: runs on handler threads and the event loop thread.
+    def _handler_thread(self) -> None:
+        while (running := self._work.get()) is not None:
+            assert running.handler is not None
+            outcome = run_sync(running.job, running.handler)
+            self._finished.append((running, outcome))
+            self.wake()
+
+    def _async_done(self, running: RunningJob, done: Future[Outcome]) -> None:
+        error = done.exception()
+        outcome = failure(running.job, running.handler, error) if error else done.result()
+        self._finished.append((running, outcome))
+        self.wake()
+
+    def _on_jobs_notification(self, queue_name: str) -> None:
+        if self.queues is None or queue_name in self.queues:
+            self.wake()
+
+    # Helpers.
+    def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        assert self._connection is not None
+        return self._connection.execute(statement, params, prepare=True).fetchall()
+
+    def _reconnect(self, error: psycopg.OperationalError) -> None:
+        logger.warning("eddyq worker %s lost its database connection: %s", self.id, error)
+        wait = RECONNECT_FIRST_SECONDS
+        while True:
+            if self._connection is not None:
+                self._connection.close()
+            try:
+                self._connection = db.connect()
+            except psycopg.OperationalError:
+                if self.stopping and self._past_drain_deadline():
+                    raise
+                time.sleep(wait)
+                wait = min(wait * 2, RECONNECT_MAX_SECONDS)
+                continue
+            logger.info("eddyq worker %s reconnected to the database", self.id)
+            return
+
+    def _hand_back_unfinished(self) -> None:
+        """Jobs still running at shutdown go back to available, their attempt not counted."""
+        self._collect_finished()
+        self._to_write.extend(
+            returned(running.job) for running in self._running.values() if not running.settled
+        )
+        for outcome in self._to_write:
+            if outcome.state == "available":
+                logger.warning(
+                    "eddyq job %s (%s) did not finish before shutdown: handed back",
+                    outcome.job.id,
+                    outcome.job.task,
+                )
+        try:
+            self._write_outcomes()
+        except psycopg.Error:
+            logger.exception(
+                "eddyq worker %s could not record its last outcomes; the rescuer will retry "
+                "those jobs when their leases expire",
+                self.id,
+            )
+
+    def _idle(self) -> bool:
+        return (
+            not self._running
+            and not self._finished
+            and not self._to_write
+            and not self._claimed_full_batch
+        )
+
+    def _past_drain_deadline(self) -> bool:
+        return self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
+
+    def _next_wait(self) -> float:
+        if self._finished or self._to_write or self._claimed_full_batch:
+            return 0.0
+        now = time.monotonic()
+        wait = min(self.interval(), max(self._next_heartbeat - now, 0.0))
+        for running in self._running.values():
+            if running.deadline is not None and not running.settled:
+                wait = min(wait, max(running.deadline - now, 0.0))
+        if self.stopping and self._drain_deadline is not None:
+            wait = min(wait, max(self._drain_deadline - now, 0.0))
+        return wait
+
+    @staticmethod
+    def _heartbeat_seconds() -> float:
+        return eddyq_settings.HEARTBEAT_INTERVAL.total_seconds()
+
+    @staticmethod
+    def _lease_seconds() -> float:
+        return eddyq_settings.STALE_AFTER.total_seconds()
+
+
+def _claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:
+    return (-job.priority, job.run_at, job.id)

@@ -1,0 +1,16 @@
+from django.db import models
+
+
+class Execution(models.Model):
+    """One row per handler execution, written in the handler's own transaction."""
+
+    label = models.CharField(max_length=100)
+    job_id = models.BigIntegerField(null=True)
+    pid = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.label} (job {self.job_id}, pid {self.pid})"

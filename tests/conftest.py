@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_eddyq.worker import Worker
+
+# Short timings so that tests of time-based behaviour stay fast.
+FAST_SETTINGS: dict[str, Any] = {
+    "POLL_INTERVAL": "50ms",
+    "HEARTBEAT_INTERVAL": "1s",
+    "STALE_AFTER": "5s",
+}
+
+
+@pytest.fixture
+def fast_settings() -> Iterator[None]:
+    with override_settings(EDDYQ=FAST_SETTINGS):
+        yield
+
+
+@pytest.fixture
+def run_burst_worker(fast_settings: None) -> Callable[..., Worker]:
+    """Runs a burst worker in this process until no available job remains; returns it."""
+
+    def run(**options: Any) -> Worker:
+        options.setdefault("concurrency", 4)
+        worker = Worker(burst=True, **options)
+        worker.run()
+        return worker
+
+    return run

@@ -1,0 +1,100 @@
+"""Tasks the tests enqueue; workers find them by path (``tests.jobs.<name>``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from demo.models import Execution
+from django_eddyq import Discard, Snooze, task
+
+
+@task
+def record(label: str, **extra: Any) -> str:
+    """Writes one Execution row: the proof a handler ran, and how often."""
+    Execution.objects.create(label=label, pid=os.getpid())
+    return label
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task(queue="emails", priority=7, max_attempts=4)
+def send_email(to: str) -> str:
+    return to
+
+
+@task(max_attempts=3, backoff=lambda attempt: timedelta(seconds=10 * attempt))
+def always_fails(message: str) -> None:
+    raise ValueError(message)
+
+
+@task(max_attempts=5)
+def default_backoff_fails() -> None:
+    raise RuntimeError("boom")
+
+
+@task
+def snooze(seconds: float) -> None:
+    raise Snooze(seconds)
+
+
+@task
+def discard(reason: str) -> None:
+    raise Discard(reason)
+
+
+@task(timeout="200ms", max_attempts=2)
+def sleeps_past_timeout(seconds: float) -> str:
+    time.sleep(seconds)
+    return "late"
+
+
+@task(timeout="200ms", max_attempts=2)
+async def async_sleeps_past_timeout(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return "late"
+
+
+@task
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task
+def returns_object() -> object:
+    return object()
+
+
+@task
+def sleep(seconds: float, label: str = "slept") -> str:
+    time.sleep(seconds)
+    Execution.objects.create(label=label, pid=os.getpid())
+    return label
+
+
+@task
+def breaks_its_transaction() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute("SELECT * FROM no_such_table")
+        except Exception:
+            pass
+    return "survived"
+
+
+def plain_function(x: int) -> int:
+    return x * 2
