@@ -55,6 +55,7 @@ __all__ = [
     "EmbeddedPostgresMissing",
     "bin_dir",
     "cluster_for",
+    "discard",
     "ensure_persistent",
     "is_running",
     "reap_orphans",
@@ -349,7 +350,9 @@ def _set_port(cluster_dir: Path, port: int, who: _RunAs) -> None:
     _write_conf(cluster_dir, port, settings, who)
 
 
-def _initdb(cluster_dir: Path, port: int, settings: dict[str, str], who: _RunAs) -> None:
+def _initdb(
+    cluster_dir: Path, port: int, settings: dict[str, str], who: _RunAs, *, sync: bool = True
+) -> None:
     data = cluster_dir / "data"
     if data.exists() and any(data.iterdir()):
         raise EmbeddedPostgresError(
@@ -369,6 +372,7 @@ def _initdb(cluster_dir: Path, port: int, settings: dict[str, str], who: _RunAs)
             "--locale-provider=builtin",
             "--builtin-locale=C.UTF-8",
             "--no-instructions",
+            *([] if sync else ["--no-sync"]),
         ],
         who,
     )  # fmt: skip
@@ -602,12 +606,19 @@ def reap_orphans(temp_dir: Path | str | None = None) -> list[Path]:
     return reaped
 
 
-def start_throwaway(dbname: str = "eddyq", *, cleanup_at_exit: bool = True) -> Cluster:
-    """Start a throw-away cluster (temporary folder, free port, no durability) and return it.
+def start_throwaway(
+    dbname: str = "eddyq", *, cleanup_at_exit: bool = True, durable: bool = False
+) -> Cluster:
+    """Start a throw-away cluster (temporary folder, free port) and return it.
+
+    Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``) unless ``durable``:
+    a clean :func:`stop` or :func:`restart` keeps all data either way, but after an ``immediate``
+    stop (a crash) only a ``durable`` cluster is sure to keep its last commits.
 
     Orphans of earlier killed runs are reaped first. With ``cleanup_at_exit`` the cluster is
     stopped and its folder removed when this process exits (``atexit``; only in this process, not
-    in forked children). A SIGKILLed owner leaves it to the next :func:`reap_orphans`.
+    in forked children); otherwise call :func:`discard`. A SIGKILLed owner leaves it to the next
+    :func:`reap_orphans`.
     """
     bins = bin_dir()
     reap_orphans()
@@ -620,7 +631,8 @@ def start_throwaway(dbname: str = "eddyq", *, cleanup_at_exit: bool = True) -> C
     if cleanup_at_exit:
         atexit.register(_cleanup_throwaway, cluster_dir, pid)
     _ensure_traversable(cluster_dir, who, what="cluster directory")
-    _initdb(cluster_dir, _free_port(), {**_COMMON_SETTINGS, **_THROWAWAY_SETTINGS}, who)
+    settings = _COMMON_SETTINGS if durable else {**_COMMON_SETTINGS, **_THROWAWAY_SETTINGS}
+    _initdb(cluster_dir, _free_port(), settings, who, sync=durable)
     for attempt in range(3):
         try:
             start(cluster_dir)
@@ -634,16 +646,25 @@ def start_throwaway(dbname: str = "eddyq", *, cleanup_at_exit: bool = True) -> C
     return cluster
 
 
+def discard(path: Path | str) -> None:
+    """Stop a throw-away cluster at once (``immediate``) and remove its folder.
+
+    The folder is kept (and :class:`EmbeddedPostgresError` raised) if the server cannot be stopped.
+    """
+    cluster_dir = _cluster_dir(path)
+    stop(cluster_dir, mode="immediate")
+    if _postmaster_pid(cluster_dir) is not None:
+        raise EmbeddedPostgresError(f"{cluster_dir} is still running; not removed.")
+    shutil.rmtree(cluster_dir, ignore_errors=True)
+
+
 def _cleanup_throwaway(cluster_dir: Path, owner_pid: int) -> None:
     if os.getpid() != owner_pid:
         return  # a forked child exiting: the cluster belongs to the parent
     try:
-        stop(cluster_dir, mode="immediate")
+        discard(cluster_dir)
     except EmbeddedPostgresError as exc:
-        print(f"django-eddyq: could not stop {cluster_dir}: {exc}", file=sys.stderr)
-        return
-    if _postmaster_pid(cluster_dir) is None:
-        shutil.rmtree(cluster_dir, ignore_errors=True)
+        print(f"django-eddyq: could not remove {cluster_dir}: {exc}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------------------
