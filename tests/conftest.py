@@ -33,3 +33,25 @@ def run_burst_worker(fast_settings: None) -> Callable[..., Worker]:
         return worker
 
     return run
+
+
+@pytest.fixture
+def worker_environment() -> dict[str, str]:
+    """The environment for a worker subprocess: this test's database and short timings."""
+    import os
+
+    from django.db import connection
+
+    settings = connection.settings_dict
+    url = (
+        f"postgres://{settings['USER']}:{settings['PASSWORD'] or ''}@{settings['HOST']}:"
+        f"{settings['PORT']}/{settings['NAME']}"
+    )
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "EDDYQ_POLL_INTERVAL": "100ms",
+        "EDDYQ_HEARTBEAT_INTERVAL": "1s",
+        "EDDYQ_STALE_AFTER": "5s",
+        "PYTHONUNBUFFERED": "1",
+    }

@@ -85,6 +85,13 @@ def sleep(seconds: float, label: str = "slept") -> str:
 
 
 @task
+def nap(seconds: float) -> float:
+    """Sleeps and touches nothing, so that a handler outliving its test leaves no trace."""
+    time.sleep(seconds)
+    return seconds
+
+
+@task
 def breaks_its_transaction() -> str:
     from django.db import connection
 

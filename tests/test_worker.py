@@ -1,0 +1,317 @@
+"""The worker in this process, against the real database (committed data: transaction=True)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from demo.models import Execution
+from django_eddyq.models import Job
+from django_eddyq.worker import Worker
+from django_eddyq.worker.execution import default_backoff
+from tests import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RunWorker = Callable[..., Worker]
+
+
+def refreshed(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def seconds_until_run_at(job: Job) -> float:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM run_at - now()) FROM eddyq_jobs WHERE id = %s", [job.pk])
+        return float(cursor.fetchone()[0])
+
+
+def test_burst_worker_completes_jobs_and_stores_results(run_burst_worker: RunWorker) -> None:
+    added = jobs.add.enqueue(2, 3)
+    echoed = jobs.echo.enqueue((1, 2), key={"a": None})
+    plain = jobs.add.using(queue="other").enqueue(b=1, a=1)
+
+    worker = run_burst_worker()
+
+    for job, result in [(added, 5), (echoed, {"args": [[1, 2]], "kwargs": {"key": {"a": None}}}), (plain, 2)]:
+        stored = refreshed(job)
+        assert stored.state == Job.State.COMPLETED
+        assert stored.result == result
+        assert stored.attempt == 1
+        assert stored.errors == []
+        assert stored.locked_by is None and stored.locked_until is None
+        assert stored.attempted_at is not None and stored.finalized_at is not None
+        assert stored.attempted_at <= stored.finalized_at
+    assert worker.processed == 3
+
+
+def test_async_handlers_run_on_the_event_loop(run_burst_worker: RunWorker) -> None:
+    job = jobs.async_add.enqueue(20, 22)
+    run_burst_worker()
+    stored = refreshed(job)
+    assert (stored.state, stored.result) == (Job.State.COMPLETED, 42)
+
+
+def test_a_plain_function_path_runs(run_burst_worker: RunWorker) -> None:
+    job = Job.objects.create(task="tests.jobs.plain_function", args=[21])
+    run_burst_worker()
+    assert refreshed(job).result == 42
+
+
+def test_claims_in_priority_then_run_at_order(run_burst_worker: RunWorker) -> None:
+    base = jobs.record.using(run_at=timedelta(0))
+    low = base.using(priority=-10).enqueue("low")
+    first_default = base.enqueue("default-1")
+    high = base.using(priority=50).enqueue("high")
+    second_default = base.enqueue("default-2")
+    Job.objects.filter(pk=first_default.pk).update(run_at=first_default.run_at - timedelta(seconds=1))
+
+    run_burst_worker(concurrency=1)
+
+    order = list(Execution.objects.values_list("label", flat=True))
+    assert order == ["high", "default-1", "default-2", "low"]
+    assert {refreshed(j).state for j in (low, high, second_default)} == {Job.State.COMPLETED}
+
+
+def test_worker_only_takes_its_queues(run_burst_worker: RunWorker) -> None:
+    mine = jobs.add.using(queue="mine").enqueue(1, 1)
+    theirs = jobs.add.using(queue="theirs").enqueue(1, 1)
+    run_burst_worker(queues=["mine", "also-mine"])
+    assert refreshed(mine).state == Job.State.COMPLETED
+    assert refreshed(theirs).state == Job.State.AVAILABLE
+
+
+def test_failed_attempt_is_retryable_after_the_tasks_backoff(run_burst_worker: RunWorker) -> None:
+    job = jobs.always_fails.enqueue("nope")
+    run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.RETRYABLE
+    assert stored.attempt == 1
+    assert stored.finalized_at is None and stored.locked_by is None
+    assert 9 < seconds_until_run_at(stored) <= 10  # backoff(1) = 10s, no jitter added
+    [entry] = stored.errors
+    assert entry["attempt"] == 1
+    assert entry["error"] == "ValueError: nope"
+    assert entry["exception_class"] == "builtins.ValueError"
+    assert "Traceback" in entry["traceback"] and "raise ValueError(message)" in entry["traceback"]
+    assert entry["at"]
+
+
+def test_retries_until_max_attempts_then_failed(run_burst_worker: RunWorker) -> None:
+    job = jobs.always_fails.enqueue("again")
+    for attempt in (1, 2, 3):
+        run_burst_worker()
+        stored = refreshed(job)
+        assert stored.attempt == attempt
+        # Make the retry due now instead of waiting out the backoff.
+        Job.objects.filter(pk=job.pk).update(run_at=stored.run_at - timedelta(hours=1))
+    stored = refreshed(job)
+    assert stored.state == Job.State.FAILED
+    assert stored.finalized_at is not None
+    assert [entry["attempt"] for entry in stored.errors] == [1, 2, 3]
+    assert run_burst_worker().processed == 0
+
+
+def test_default_backoff_is_attempt_to_the_fourth_with_jitter() -> None:
+    for attempt in (1, 2, 3, 5, 10):
+        samples = [default_backoff(attempt) for _ in range(200)]
+        assert all(0.9 * attempt**4 <= s <= 1.1 * attempt**4 for s in samples)
+        assert len(set(samples)) > 1
+
+
+def test_default_backoff_is_applied_on_the_database_clock(run_burst_worker: RunWorker) -> None:
+    job = jobs.default_backoff_fails.enqueue()
+    Job.objects.filter(pk=job.pk).update(attempt=2)  # the next attempt is the third: 81s ±10 %
+    run_burst_worker()
+    assert 72 < seconds_until_run_at(refreshed(job)) <= 89.1
+
+
+def test_snooze_reschedules_and_gives_the_attempt_back(run_burst_worker: RunWorker) -> None:
+    job = jobs.snooze.enqueue(120)
+    run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.SCHEDULED
+    assert stored.attempt == 0
+    assert stored.errors == []
+    assert 119 < seconds_until_run_at(stored) <= 120
+
+
+def test_discard_fails_now_with_one_error(run_burst_worker: RunWorker) -> None:
+    job = jobs.discard.enqueue("bad input")
+    run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.FAILED
+    assert stored.attempt == 1 < stored.max_attempts
+    assert [entry["error"] for entry in stored.errors] == ["Discard: bad input"]
+
+
+@pytest.mark.parametrize("task", [jobs.sleeps_past_timeout, jobs.async_sleeps_past_timeout])
+def test_timeout_is_a_failed_attempt(run_burst_worker: RunWorker, task: object) -> None:
+    job = task.enqueue(3)  # type: ignore[attr-defined]
+    started = time.monotonic()
+    run_burst_worker()
+    stored = refreshed(job)
+    assert time.monotonic() - started < 2.5
+    assert stored.state == Job.State.RETRYABLE
+    [entry] = stored.errors
+    assert entry["error"].startswith("TimeoutError: task tests.jobs.")
+    assert "timeout of 0.2s" in entry["error"]
+
+
+def test_unknown_task_is_a_failed_attempt_naming_the_path(run_burst_worker: RunWorker) -> None:
+    missing_module = Job.objects.create(task="no.such.module.task", max_attempts=1)
+    missing_function = Job.objects.create(task="tests.jobs.no_such_task", max_attempts=2)
+    run_burst_worker()
+    first, second = refreshed(missing_module), refreshed(missing_function)
+    assert first.state == Job.State.FAILED
+    assert "cannot import task 'no.such.module.task'" in first.errors[0]["error"]
+    assert second.state == Job.State.RETRYABLE
+    assert second.errors[0]["error"].startswith("TaskNotFound: cannot import task 'tests.jobs.no_such_task'")
+
+
+def test_non_json_return_value_is_a_failed_attempt_naming_the_type(run_burst_worker: RunWorker) -> None:
+    job = jobs.returns_object.enqueue()
+    run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.RETRYABLE
+    assert stored.result is None
+    assert "the return value of tests.jobs.returns_object is an object of type object" in (
+        stored.errors[0]["error"]
+    )
+
+
+def test_a_handler_that_breaks_its_transaction_does_not_break_the_worker(
+    run_burst_worker: RunWorker,
+) -> None:
+    broken = jobs.breaks_its_transaction.enqueue()
+    after = jobs.add.enqueue(1, 1)
+    run_burst_worker(concurrency=1)
+    assert refreshed(broken).state == Job.State.COMPLETED
+    assert refreshed(after).result == 2
+
+
+def test_burst_promotes_due_scheduled_and_retryable_jobs(run_burst_worker: RunWorker) -> None:
+    scheduled = jobs.add.using(run_at=timedelta(hours=1)).enqueue(1, 1)
+    retryable = jobs.add.enqueue(2, 2)
+    future = jobs.add.using(run_at=timedelta(hours=1)).enqueue(3, 3)
+    Job.objects.filter(pk=scheduled.pk).update(run_at=scheduled.run_at - timedelta(hours=2))
+    Job.objects.filter(pk=retryable.pk).update(state=Job.State.RETRYABLE, attempt=1)
+    run_burst_worker()
+    assert refreshed(scheduled).state == Job.State.COMPLETED
+    assert refreshed(retryable).state == Job.State.COMPLETED
+    assert refreshed(future).state == Job.State.SCHEDULED
+
+
+def test_heartbeat_extends_the_lease_of_running_jobs() -> None:
+    with override_settings(EDDYQ={"HEARTBEAT_INTERVAL": "100ms", "STALE_AFTER": "30s", "POLL_INTERVAL": "50ms"}):
+        job = jobs.sleep.enqueue(1.2)
+        worker = Worker(concurrency=1)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 5
+            while refreshed(job).state != Job.State.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.02)
+            claimed = refreshed(job)
+            assert claimed.locked_by == worker.id
+            time.sleep(0.5)
+            beaten = refreshed(job)
+            assert beaten.heartbeat_at > claimed.heartbeat_at
+            assert beaten.locked_until > claimed.locked_until
+            assert beaten.state == Job.State.RUNNING
+        finally:
+            worker.stop()
+            thread.join(10)
+        assert refreshed(job).state == Job.State.COMPLETED
+
+
+def test_a_late_finish_is_fenced_out_after_the_job_was_taken_away(fast_settings: None) -> None:
+    job = jobs.sleep.enqueue(0.6, "late")
+    worker = Worker(concurrency=1)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while refreshed(job).state != Job.State.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # What a rescuer does when a lease has expired: the job is not this worker's any more.
+        Job.objects.filter(pk=job.pk).update(
+            state=Job.State.RETRYABLE, locked_by=None, locked_until=None, run_at=job.run_at + timedelta(hours=1)
+        )
+        time.sleep(1.0)
+    finally:
+        worker.stop()
+        thread.join(10)
+    stored = refreshed(job)
+    assert stored.state == Job.State.RETRYABLE
+    assert stored.result is None and stored.finalized_at is None
+    assert Execution.objects.filter(label="late").count() == 1  # the handler did run
+
+
+def test_the_same_worker_reclaiming_a_job_fences_its_old_attempt(fast_settings: None) -> None:
+    """A finish is fenced on the attempt too, not only on the worker id."""
+    job = jobs.add.enqueue(1, 2)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE eddyq_jobs SET state = 'running', attempt = 2, locked_by = 'w' WHERE id = %s",
+            [job.pk],
+        )
+    from django_eddyq import db, sql
+
+    with db.connect() as conn:
+        rows = conn.execute(
+            sql.FINISH_JOBS,
+            {
+                "worker_id": "w",
+                "ids": [job.pk],
+                "attempts": [1],
+                "states": ["completed"],
+                "results": [None],
+                "errors": [None],
+                "delays": [None],
+                "attempts_given_back": [0],
+            },
+        ).fetchall()
+    assert rows == []
+    assert refreshed(job).state == Job.State.RUNNING
+
+
+def test_concurrent_claimers_never_take_the_same_job(fast_settings: None) -> None:
+    created = jobs.record.enqueue_many([(f"job-{n}",) for n in range(300)])
+    workers = [Worker(burst=True, concurrency=3) for _ in range(4)]
+    threads = [threading.Thread(target=w.run) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    labels = list(Execution.objects.values_list("label", flat=True))
+    assert sorted(labels) == sorted(f"job-{n}" for n in range(300))
+    assert Job.objects.filter(pk__in=[j.pk for j in created], state=Job.State.COMPLETED).count() == 300
+    assert sum(w.processed for w in workers) == 300
+    assert sum(1 for w in workers if w.processed) >= 2
+
+
+def test_stop_hands_back_unfinished_jobs_with_their_attempt(fast_settings: None) -> None:
+    quick = jobs.add.enqueue(1, 1)
+    slow = jobs.nap.enqueue(3)
+    worker = Worker(concurrency=2, shutdown_timeout=0.3)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while refreshed(slow).state != Job.State.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert refreshed(quick).state == Job.State.COMPLETED
+    stored = refreshed(slow)
+    assert stored.state == Job.State.AVAILABLE
+    assert stored.attempt == 0
+    assert stored.locked_by is None and stored.locked_until is None
+    assert stored.errors == []
