@@ -18,7 +18,9 @@ def normalize_json(value: Any, *, where: str) -> JSONValue:
     return _normalize(value, where, "")
 
 
-def normalize_arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def normalize_arguments(
+    args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
     """Normalise a call's arguments; the error names the argument and the path inside it."""
     if isinstance(args, str | bytes) or not isinstance(args, Sequence):
         raise TypeError(f"positional arguments must be a list or tuple, not {type(args).__name__}")

@@ -9,7 +9,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from django.utils import timezone
 
@@ -18,15 +18,12 @@ from django_eddyq.durations import parse_duration
 if TYPE_CHECKING:
     from django_eddyq.models import Job
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 RETAINED_STATES = ("completed", "failed", "cancelled")
 
-Backoff = Callable[[int], "float | timedelta"]
+type Backoff = Callable[[int], float | timedelta]
 
 
 class Call:
@@ -46,7 +43,7 @@ class Call:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Task(Generic[P, R]):
+class Task[**P, R]:
     """A function that can be enqueued; made by ``@task``, refined by ``using()``."""
 
     func: Callable[P, R]
@@ -116,9 +113,7 @@ class Task(Generic[P, R]):
 
         return insert_jobs([JobSpec.for_task(self, args, kwargs)])[0]
 
-    def enqueue_many(
-        self, calls: Iterable[Sequence[Any] | Mapping[str, Any] | Call]
-    ) -> list[Job]:
+    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any] | Call]) -> list[Job]:
         """Store many jobs in one round trip: all of them, or none if any argument is invalid.
 
         Each item is a tuple of positional arguments, a dict of keyword arguments, or a
@@ -149,11 +144,11 @@ def _split_call(
 
 
 @overload
-def task(function: Callable[P, R], /) -> Task[P, R]: ...
+def task[**P, R](function: Callable[P, R], /) -> Task[P, R]: ...
 
 
 @overload
-def task(
+def task[**P, R](
     *,
     queue: str | None = None,
     priority: int = 0,
@@ -164,7 +159,7 @@ def task(
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
-def task(
+def task[**P, R](
     function: Callable[P, R] | None = None,
     /,
     *,
@@ -235,6 +230,8 @@ def parse_retention(retention: Mapping[str, object]) -> dict[str, float | None]:
                 f"retention key {state!r} is not a terminal state: use {', '.join(RETAINED_STATES)}"
             )
         parsed[state] = (
-            None if value is None else parse_duration(value, name=f"retention[{state!r}]").total_seconds()
+            None
+            if value is None
+            else parse_duration(value, name=f"retention[{state!r}]").total_seconds()
         )
     return parsed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 
-class Snooze(Exception):  # noqa: N818 - it reads as an instruction: raise Snooze(60)
+class Snooze(Exception):
     """Run the job again after ``seconds``, giving the attempt back and recording no error."""
 
     def __init__(self, seconds: float | timedelta) -> None:
@@ -17,7 +17,7 @@ class Snooze(Exception):  # noqa: N818 - it reads as an instruction: raise Snooz
         super().__init__(f"snoozed for {self.seconds:g}s")
 
 
-class Discard(Exception):  # noqa: N818 - it reads as an instruction: raise Discard("bad input")
+class Discard(Exception):
     """Fail the job now, without further attempts, recording ``reason`` as its error."""
 
     def __init__(self, reason: str = "") -> None:

@@ -88,7 +88,9 @@ class Loop:
                 except Exception:
                     failures += 1
                     delay = min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
-                    logger.exception("eddyq %s: pass failed; trying again in %.1fs", self.name, delay)
+                    logger.exception(
+                        "eddyq %s: pass failed; trying again in %.1fs", self.name, delay
+                    )
                 if not self.stopping:
                     self.wait(delay * (1 + random.uniform(-self.jitter, self.jitter)))
         finally:

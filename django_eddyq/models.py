@@ -43,7 +43,10 @@ class Job(models.Model):
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
     finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
-    locked_by = models.CharField(_("locked by"), max_length=255, null=True, blank=True)
+    # NULL, not "", is how the SQL tells an unlocked job.
+    locked_by = models.CharField(  # noqa: DJ001
+        _("locked by"), max_length=255, null=True, blank=True
+    )
     locked_until = models.DateTimeField(_("locked until"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
     errors = models.JSONField(_("errors"), default=list)
@@ -77,10 +80,22 @@ class Job(models.Model):
                 name="eddyq_jobs_priority_range",
             ),
             models.CheckConstraint(
-                condition=Q(state__in=["scheduled", "available", "running", "retryable", "completed", "failed", "cancelled"]),
+                condition=Q(
+                    state__in=[
+                        "scheduled",
+                        "available",
+                        "running",
+                        "retryable",
+                        "completed",
+                        "failed",
+                        "cancelled",
+                    ]
+                ),
                 name="eddyq_jobs_state_valid",
             ),
-            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="eddyq_jobs_max_attempts"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="eddyq_jobs_max_attempts"
+            ),
         ]
         indexes: ClassVar[list[models.Index]] = [
             # The claim reads available jobs in priority then run_at order straight off an

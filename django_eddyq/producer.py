@@ -80,7 +80,7 @@ def insert_jobs(specs: Sequence[JobSpec]) -> list[Job]:
     if not specs:
         return []
     alias = eddyq_settings.DATABASE
-    params = {
+    params: dict[str, Any] = {
         "tasks": [spec.task for spec in specs],
         "args": [Jsonb(spec.args) for spec in specs],
         "kwargs": [Jsonb(spec.kwargs) for spec in specs],
@@ -89,9 +89,7 @@ def insert_jobs(specs: Sequence[JobSpec]) -> list[Job]:
         "max_attempts": [spec.max_attempts for spec in specs],
         "run_ats": [spec.run_at for spec in specs],
         "delays": [spec.delay for spec in specs],
-        "retentions": [
-            None if spec.retention is None else Jsonb(spec.retention) for spec in specs
-        ],
+        "retentions": [None if spec.retention is None else Jsonb(spec.retention) for spec in specs],
         "metadatas": [Jsonb(normalize_json(spec.metadata, where="metadata")) for spec in specs],
         "batch_ids": [spec.batch_id for spec in specs],
     }

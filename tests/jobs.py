@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from datetime import timedelta
@@ -95,11 +96,8 @@ def nap(seconds: float) -> float:
 def breaks_its_transaction() -> str:
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        try:
-            cursor.execute("SELECT * FROM no_such_table")
-        except Exception:
-            pass
+    with connection.cursor() as cursor, contextlib.suppress(Exception):
+        cursor.execute("SELECT * FROM no_such_table")
     return "survived"
 
 

@@ -76,7 +76,7 @@ def test_run_at_in_the_past_is_available() -> None:
 
 def test_naive_run_at_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        jobs.add.using(run_at=dt.datetime(2030, 1, 1))  # noqa: DTZ001 - the point of the test
+        jobs.add.using(run_at=dt.datetime(2030, 1, 1))
 
 
 def test_defaults_resolve_at_enqueue_not_at_decoration() -> None:
@@ -190,9 +190,13 @@ def test_rolled_back_enqueue_leaves_nothing_and_notifies_nobody() -> None:
     with psycopg.connect(**connection_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {JOBS_CHANNEL}")
 
-        with pytest.raises(RuntimeError), transaction.atomic():
-            jobs.add.enqueue(1, 2)
-            raise RuntimeError("roll back")
+        def enqueue_then_fail() -> None:
+            with transaction.atomic():
+                jobs.add.enqueue(1, 2)
+                raise RuntimeError("roll back")
+
+        with pytest.raises(RuntimeError):
+            enqueue_then_fail()
 
         assert not Job.objects.exists()
         assert list(listener.notifies(timeout=0.3)) == []

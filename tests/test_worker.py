@@ -28,7 +28,9 @@ def refreshed(job: Job) -> Job:
 
 def seconds_until_run_at(job: Job) -> float:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM run_at - now()) FROM eddyq_jobs WHERE id = %s", [job.pk])
+        cursor.execute(
+            "SELECT extract(epoch FROM run_at - now()) FROM eddyq_jobs WHERE id = %s", [job.pk]
+        )
         return float(cursor.fetchone()[0])
 
 
@@ -39,7 +41,11 @@ def test_burst_worker_completes_jobs_and_stores_results(run_burst_worker: RunWor
 
     worker = run_burst_worker()
 
-    for job, result in [(added, 5), (echoed, {"args": [[1, 2]], "kwargs": {"key": {"a": None}}}), (plain, 2)]:
+    for job, result in [
+        (added, 5),
+        (echoed, {"args": [[1, 2]], "kwargs": {"key": {"a": None}}}),
+        (plain, 2),
+    ]:
         stored = refreshed(job)
         assert stored.state == Job.State.COMPLETED
         assert stored.result == result
@@ -70,7 +76,9 @@ def test_claims_in_priority_then_run_at_order(run_burst_worker: RunWorker) -> No
     first_default = base.enqueue("default-1")
     high = base.using(priority=50).enqueue("high")
     second_default = base.enqueue("default-2")
-    Job.objects.filter(pk=first_default.pk).update(run_at=first_default.run_at - timedelta(seconds=1))
+    Job.objects.filter(pk=first_default.pk).update(
+        run_at=first_default.run_at - timedelta(seconds=1)
+    )
 
     run_burst_worker(concurrency=1)
 
@@ -172,17 +180,22 @@ def test_unknown_task_is_a_failed_attempt_naming_the_path(run_burst_worker: RunW
     assert first.state == Job.State.FAILED
     assert "cannot import task 'no.such.module.task'" in first.errors[0]["error"]
     assert second.state == Job.State.RETRYABLE
-    assert second.errors[0]["error"].startswith("TaskNotFound: cannot import task 'tests.jobs.no_such_task'")
+    assert second.errors[0]["error"].startswith(
+        "TaskNotFound: cannot import task 'tests.jobs.no_such_task'"
+    )
 
 
-def test_non_json_return_value_is_a_failed_attempt_naming_the_type(run_burst_worker: RunWorker) -> None:
+def test_non_json_return_value_is_a_failed_attempt_naming_the_type(
+    run_burst_worker: RunWorker,
+) -> None:
     job = jobs.returns_object.enqueue()
     run_burst_worker()
     stored = refreshed(job)
     assert stored.state == Job.State.RETRYABLE
     assert stored.result is None
-    assert "the return value of tests.jobs.returns_object is an object of type object" in (
-        stored.errors[0]["error"]
+    assert (
+        "the return value of tests.jobs.returns_object is an object of type object"
+        in (stored.errors[0]["error"])
     )
 
 
@@ -209,7 +222,9 @@ def test_burst_promotes_due_scheduled_and_retryable_jobs(run_burst_worker: RunWo
 
 
 def test_heartbeat_extends_the_lease_of_running_jobs() -> None:
-    with override_settings(EDDYQ={"HEARTBEAT_INTERVAL": "100ms", "STALE_AFTER": "30s", "POLL_INTERVAL": "50ms"}):
+    with override_settings(
+        EDDYQ={"HEARTBEAT_INTERVAL": "100ms", "STALE_AFTER": "30s", "POLL_INTERVAL": "50ms"}
+    ):
         job = jobs.sleep.enqueue(1.2)
         worker = Worker(concurrency=1)
         thread = threading.Thread(target=worker.run)
@@ -242,7 +257,10 @@ def test_a_late_finish_is_fenced_out_after_the_job_was_taken_away(fast_settings:
             time.sleep(0.02)
         # What a rescuer does when a lease has expired: the job is not this worker's any more.
         Job.objects.filter(pk=job.pk).update(
-            state=Job.State.RETRYABLE, locked_by=None, locked_until=None, run_at=job.run_at + timedelta(hours=1)
+            state=Job.State.RETRYABLE,
+            locked_by=None,
+            locked_until=None,
+            run_at=job.run_at + timedelta(hours=1),
         )
         time.sleep(1.0)
     finally:
@@ -292,7 +310,9 @@ def test_concurrent_claimers_never_take_the_same_job(fast_settings: None) -> Non
         thread.join(60)
     labels = list(Execution.objects.values_list("label", flat=True))
     assert sorted(labels) == sorted(f"job-{n}" for n in range(300))
-    assert Job.objects.filter(pk__in=[j.pk for j in created], state=Job.State.COMPLETED).count() == 300
+    assert (
+        Job.objects.filter(pk__in=[j.pk for j in created], state=Job.State.COMPLETED).count() == 300
+    )
     assert sum(w.processed for w in workers) == 300
     assert sum(1 for w in workers if w.processed) >= 2
 

@@ -24,9 +24,7 @@ StartWorker = Callable[..., subprocess.Popen[bytes]]
 
 
 @pytest.fixture
-def start_worker(
-    worker_environment: dict[str, str], tmp_path: Path
-) -> Iterator[StartWorker]:
+def start_worker(worker_environment: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(*arguments: str) -> subprocess.Popen[bytes]:

@@ -10,7 +10,7 @@ class Execution(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["id"]
+        ordering = ("id",)
 
     def __str__(self) -> str:
         return f"{self.label} (job {self.job_id}, pid {self.pid})"

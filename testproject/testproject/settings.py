@@ -67,6 +67,7 @@ EDDYQ: dict[str, object] = {}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)-7s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {"django_eddyq": {"handlers": ["console"], "level": "INFO"}},
 }
