@@ -1,0 +1,100 @@
+"""How fast one ``eddyq_worker --burst`` drains pre-enqueued no-op jobs, start-up included.
+
+    python benchmarks/drain.py [--jobs 10000] [--concurrency 10] [--processes 1] [--runs 3]
+
+Runs against ``DATABASE_URL`` (or the demo's embedded PostgreSQL), in a database of its own
+(``eddyq_bench``) so that it never touches your jobs. Prints jobs per second per run and the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parent.parent
+MANAGE = REPO / "testproject" / "manage.py"
+BENCH_DATABASE = "eddyq_bench"
+
+
+def setup_django() -> None:
+    sys.path[:0] = [str(REPO), str(REPO / "testproject")]
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    from testproject.databases import database_url
+
+    server_url = urlsplit(database_url())
+    create_database(urlunsplit(server_url._replace(path="/postgres")))
+    os.environ["DATABASE_URL"] = urlunsplit(server_url._replace(path=f"/{BENCH_DATABASE}"))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def create_database(maintenance_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(maintenance_url, autocommit=True) as connection:
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]
+        ).fetchone()
+        if not exists:
+            connection.execute(f"CREATE DATABASE {BENCH_DATABASE}")
+
+
+def drain_once(jobs: int, worker_arguments: list[str]) -> float:
+    from django.db import connection
+
+    from benchmarks.noop import noop
+
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE eddyq_jobs")
+    for start in range(0, jobs, 10_000):
+        noop.enqueue_many([() for _ in range(min(10_000, jobs - start))])
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE eddyq_jobs")
+
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, str(MANAGE), "eddyq_worker", "--burst", *worker_arguments],
+        check=True,
+        env={**os.environ, "DJANGO_LOGGING_LEVEL": "WARNING"},
+        stdout=subprocess.DEVNULL,
+    )
+    elapsed = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM eddyq_jobs WHERE state <> 'completed'")
+        left = cursor.fetchone()[0]
+    if left:
+        raise SystemExit(f"{left} jobs were not completed")
+    return jobs / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
+    options = parser.parse_args()
+    setup_django()
+    worker_arguments = ["--concurrency", str(options.concurrency)]
+    if options.processes > 1:
+        worker_arguments += ["--processes", str(options.processes)]
+    rates = []
+    for run in range(1, options.runs + 1):
+        rate = drain_once(options.jobs, worker_arguments)
+        rates.append(rate)
+        print(f"run {run}: {options.jobs} jobs drained at {rate:,.0f} jobs/s")
+    print(f"median: {statistics.median(rates):,.0f} jobs/s ({' '.join(worker_arguments)})")
+
+
+if __name__ == "__main__":
+    main()
