@@ -1,0 +1,178 @@
+"""System checks of the settings (``manage.py check``); each concern is a function of its own.
+
+The checks report invalid settings and never raise on them.
+"""
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.db.utils import load_backend
+
+from django_eddyq.conf import (
+    DEFAULTS,
+    ENV_PREFIX,
+    ENVIRONMENT_VARIABLES,
+    did_you_mean,
+    eddyq_settings,
+)
+from django_eddyq.durations import format_duration
+
+TAG = "django_eddyq"
+
+UNKNOWN_KEY = "django_eddyq.E001"
+INVALID_VALUE = "django_eddyq.E002"
+HEARTBEAT_TOO_SLOW = "django_eddyq.E003"
+LEADER_RENEWAL_TOO_SLOW = "django_eddyq.E004"
+UNKNOWN_DATABASE = "django_eddyq.E005"
+NOT_POSTGRESQL = "django_eddyq.E006"
+UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
+LEADER_RENEWAL_LATE = "django_eddyq.W002"
+
+# EDDYQ_ variables that are not settings: the system user of django_eddyq.embedded's PostgreSQL,
+# and the data directory that the test project hands down to the processes it starts.
+OTHER_ENVIRONMENT_VARIABLES = frozenset({"EDDYQ_PG_USER", "EDDYQ_EMBEDDED_PGDATA"})
+
+type AppConfigs = Sequence[AppConfig] | None
+
+
+@register(TAG)
+def check_unknown_keys(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    configured = getattr(settings, "EDDYQ", {})
+    if not isinstance(configured, Mapping):
+        return []  # reported by check_values
+    return [
+        Error(
+            f"settings.EDDYQ has an unknown key {key!r}.",
+            hint=did_you_mean(str(key), tuple(DEFAULTS)),
+            id=UNKNOWN_KEY,
+        )
+        for key in configured
+        if key not in DEFAULTS
+    ]
+
+
+@register(TAG)
+def check_unknown_environment_variables(
+    app_configs: AppConfigs = None, **kwargs: Any
+) -> list[CheckMessage]:
+    known = tuple(name for names in ENVIRONMENT_VARIABLES.values() for name in names)
+    return [
+        Warning(
+            f"Environment variable {variable} is not a django_eddyq setting; it is ignored.",
+            hint=_environment_variable_hint(variable, known),
+            id=UNKNOWN_ENVIRONMENT_VARIABLE,
+        )
+        for variable in sorted(os.environ)
+        if variable.startswith(ENV_PREFIX)
+        and variable not in known
+        and variable not in OTHER_ENVIRONMENT_VARIABLES
+    ]
+
+
+def _environment_variable_hint(variable: str, known: tuple[str, ...]) -> str:
+    key = variable.removeprefix(ENV_PREFIX)
+    if key in ENVIRONMENT_VARIABLES:  # a setting without a variable of that name
+        if ENVIRONMENT_VARIABLES[key]:
+            return f"{key} is set through {', '.join(ENVIRONMENT_VARIABLES[key])}."
+        return f"{key} can only be set in settings.EDDYQ."
+    return did_you_mean(variable, known)
+
+
+@register(TAG)
+def check_values(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    return [Error(problem.message, id=INVALID_VALUE) for problem in eddyq_settings.problems()]
+
+
+@register(TAG)
+def check_heartbeat(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        heartbeat = eddyq_settings.HEARTBEAT_INTERVAL
+        stale_after = eddyq_settings.STALE_AFTER
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    if heartbeat * 2 <= stale_after:
+        return []
+    return [
+        Error(
+            f"HEARTBEAT_INTERVAL ({format_duration(heartbeat)}) is more than half of STALE_AFTER "
+            f"({format_duration(stale_after)}): jobs of live workers could be taken for stale.",
+            hint="Make STALE_AFTER several times HEARTBEAT_INTERVAL, like 60s and 15s.",
+            id=HEARTBEAT_TOO_SLOW,
+        )
+    ]
+
+
+@register(TAG)
+def check_leader_lease(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        lease = eddyq_settings.LEADER_LEASE
+        renew_interval = eddyq_settings.LEADER_RENEW_INTERVAL
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    durations = (
+        f"LEADER_RENEW_INTERVAL ({format_duration(renew_interval)}) "
+        f"and LEADER_LEASE ({format_duration(lease)})"
+    )
+    hint = "Renew the lease several times within it, like every 10s for a 30s lease."
+    if renew_interval >= lease:
+        return [
+            Error(
+                f"{durations}: the lease would expire before the leader renews it.",
+                hint=hint,
+                id=LEADER_RENEWAL_TOO_SLOW,
+            )
+        ]
+    if renew_interval * 2 > lease:
+        return [
+            Warning(
+                f"{durations}: a single late renewal would lose the leadership.",
+                hint=hint,
+                id=LEADER_RENEWAL_LATE,
+            )
+        ]
+    return []
+
+
+@register(TAG)
+def check_database(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        alias = eddyq_settings.DATABASE
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"DATABASE is {alias!r}, which is not a key of settings.DATABASES.",
+                hint=f"Use one of {', '.join(map(repr, settings.DATABASES))}.",
+                id=UNKNOWN_DATABASE,
+            )
+        ]
+    engine = settings.DATABASES[alias].get("ENGINE")
+    vendor = _vendor(engine)
+    if vendor == "postgresql":
+        return []
+    what = "cannot be loaded" if vendor is None else f"is for {vendor}, not PostgreSQL"
+    return [
+        Error(
+            f"DATABASE {alias!r} uses the backend {engine!r}, which {what}.",
+            hint="django_eddyq needs PostgreSQL: 'django.db.backends.postgresql' or a wrapper.",
+            id=NOT_POSTGRESQL,
+        )
+    ]
+
+
+def _vendor(engine: object) -> str | None:
+    """The vendor of the database backend ``engine``, or None if it cannot be loaded."""
+    if not isinstance(engine, str) or not engine:
+        return None
+    # The backend's class knows its vendor without connecting, so wrappers of PostgreSQL's pass.
+    try:
+        vendor: str = load_backend(engine).DatabaseWrapper.vendor
+    except ImproperlyConfigured:
+        return None
+    return vendor

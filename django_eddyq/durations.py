@@ -1,0 +1,100 @@
+"""Durations as people write them in settings: ``90``, ``"1.5"``, ``"500ms"``, ``"1h30m"``."""
+
+import datetime
+import math
+import re
+
+UNITS_HINT = "use seconds or units like 500ms, 15s, 5m, 24h, 7d, 3w"
+
+_SECONDS_PER_UNIT = {
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 60 * 60,
+    "d": 24 * 60 * 60,
+    "w": 7 * 24 * 60 * 60,
+}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+# "ms" comes before "m" so that "500ms" is not read as 500 minutes followed by garbage.
+_PART = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|h|d|w)\s*", re.IGNORECASE)
+_BARE_NUMBER = re.compile(rf"\s*{_NUMBER}\s*")
+
+
+def parse_duration(value: object, *, name: str) -> datetime.timedelta:
+    """Read ``value`` as a duration of zero or more; ``name`` says where it came from in errors.
+
+    Accepts seconds as an int, a float or a numeric string, a ``timedelta``, or a string of
+    number-and-unit parts (``ms``, ``s``, ``m``, ``h``, ``d``, ``w``; any case, optional spaces),
+    which are added up: ``"1h30m"`` and ``"1d 2h"``.
+    """
+    if isinstance(value, datetime.timedelta):
+        duration = value
+    elif isinstance(value, bool):
+        # bool is an int subclass; True meaning one second is never what was meant.
+        raise ValueError(_not_a_duration(value, name))
+    elif isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{name}: {value!r} is not a finite number of seconds")
+        duration = _seconds(value, value, name)
+    elif isinstance(value, str):
+        # The sign is read apart so that "-5s" is reported as negative rather than as garbage.
+        magnitude = value.strip()
+        sign = -1 if magnitude.startswith("-") else 1
+        duration = sign * _parse_text(magnitude.removeprefix("-"), value, name)
+    else:
+        raise ValueError(_not_a_duration(value, name))
+    if duration < datetime.timedelta(0):
+        raise ValueError(f"{name}: {value!r} is negative; a duration must be zero or more")
+    return duration
+
+
+def format_duration(duration: datetime.timedelta) -> str:
+    """Compact form for messages and docs, readable back by ``parse_duration``: ``"1h30m"``."""
+    if duration < datetime.timedelta(0):
+        return "-" + format_duration(-duration)
+    if not duration:
+        return "0s"
+    minutes, seconds = divmod(duration.seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    parts = [
+        f"{amount}{unit}"
+        for amount, unit in (
+            (duration.days, "d"),
+            (hours, "h"),
+            (minutes, "m"),
+            (seconds, "s"),
+        )
+        if amount
+    ]
+    if duration.microseconds:
+        parts.append(f"{duration.microseconds / 1000:g}ms")
+    return "".join(parts)
+
+
+def _parse_text(text: str, value: str, name: str) -> datetime.timedelta:
+    """Read the unsigned ``text``; errors quote ``value``, the text as it was given."""
+    if _BARE_NUMBER.fullmatch(text):
+        return _seconds(float(text), value, name)
+    seconds = 0.0
+    position = 0
+    while position < len(text):
+        part = _PART.match(text, position)
+        if part is None:
+            raise ValueError(_not_a_duration(value, name))
+        amount, unit = part.groups()
+        seconds += float(amount) * _SECONDS_PER_UNIT[unit.lower()]
+        position = part.end()
+    if position == 0:  # empty or blank text
+        raise ValueError(_not_a_duration(value, name))
+    return _seconds(seconds, value, name)
+
+
+def _seconds(seconds: float, value: object, name: str) -> datetime.timedelta:
+    try:
+        return datetime.timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{name}: {value!r} is too long a duration") from None
+
+
+def _not_a_duration(value: object, name: str) -> str:
+    return f"{name}: {value!r} is not a duration ({UNITS_HINT})"
