@@ -330,7 +330,12 @@ class EddyqSettings:
         "0 0 * * *", _cron_expression_or_none, from_environment=_text_or_none
     )
     REINDEX_INDEXES = Setting(
-        ("eddyq_jobs_args_idx", "eddyq_jobs_metadata_idx"),
+        (
+            "eddyq_jobs_claim_idx",
+            "eddyq_jobs_queue_claim_idx",
+            "eddyq_jobs_due_idx",
+            "eddyq_jobs_lease_idx",
+        ),
         _index_names,
         from_environment=_comma_separated,
     )

@@ -34,15 +34,29 @@ class Loop:
     def run_once(self, now: datetime | None = None) -> int:
         raise NotImplementedError
 
+    def loop_pass(self) -> int:
+        """The pass ``run()`` repeats: ``run_once()`` unless a subclass guards or logs it."""
+        return self.run_once()
+
     def interval(self) -> float | None:
         """Seconds between passes; None means the loop is disabled."""
         raise NotImplementedError
+
+    def next_delay(self, interval: float) -> float:
+        """Seconds to wait after a pass that went well: the interval with a little jitter.
+
+        A loop that knows when it is next needed (the scheduler, cron) returns that instead.
+        """
+        return interval * (1 + random.uniform(-self.jitter, self.jitter))
 
     def on_start(self) -> None:
         """Runs in the loop's thread before the first pass."""
 
     def on_stop(self) -> None:
         """Runs in the loop's thread after the last pass, even after an error."""
+
+    def on_failure(self) -> None:
+        """Runs after a pass that raised, before the wait (e.g. to drop a broken connection)."""
 
     # The shared lifecycle.
     @property
@@ -82,16 +96,17 @@ class Loop:
         try:
             while not self.stopping:
                 try:
-                    self.run_once()
+                    self.loop_pass()
                     failures = 0
-                    delay = interval
+                    delay = self.next_delay(interval)
                 except Exception:
                     failures += 1
                     delay = min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
                     logger.exception(
                         "eddyq %s: pass failed; trying again in %.1fs", self.name, delay
                     )
+                    self.on_failure()
                 if not self.stopping:
-                    self.wait(delay * (1 + random.uniform(-self.jitter, self.jitter)))
+                    self.wait(delay)
         finally:
             self.on_stop()

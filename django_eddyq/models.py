@@ -10,6 +10,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from django_eddyq.base import PRIORITY_MAX, PRIORITY_MIN
+from django_eddyq.managers import JobManager
 
 
 class Job(models.Model):
@@ -69,7 +70,13 @@ class Job(models.Model):
     )
     metadata = models.JSONField(_("metadata"), default=dict)
 
+    # Jobs past their retention deadline are invisible, with the cleaner's boundary.
+    objects = JobManager()
+    # Every row, expired or not: for maintenance and forensics.
+    all_objects = models.Manager()
+
     class Meta:
+        base_manager_name = "all_objects"
         db_table = "eddyq_jobs"
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
@@ -133,6 +140,15 @@ class Job(models.Model):
                 "finalized_at",
                 name="eddyq_jobs_finalized_idx",
                 condition=Q(state__in=["completed", "failed", "cancelled"]),
+            ),
+            # Jobs that carry their own retention, for the cleaner's second sweep.
+            models.Index(
+                "state",
+                "finalized_at",
+                name="eddyq_jobs_retention_idx",
+                condition=Q(
+                    state__in=["completed", "failed", "cancelled"], retention__isnull=False
+                ),
             ),
             models.Index("batch", name="eddyq_jobs_batch_idx", condition=Q(batch__isnull=False)),
             models.Index("task", "state", name="eddyq_jobs_task_idx"),
@@ -217,3 +233,24 @@ class Leader(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.leader_id}"
+
+
+class PeriodicSchedule(models.Model):
+    """The last run the periodic enqueuer enqueued for each schedule.
+
+    Enqueuing a run advances ``last_run_at`` in the same transaction, only forwards, so that no
+    run is enqueued twice, not even by two leaders across a failover, and not after the cleaner
+    deleted the job of that run.
+    """
+
+    name = models.CharField(_("schedule"), max_length=200, primary_key=True)
+    last_run_at = models.DateTimeField(_("last run at"))
+    updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+
+    class Meta:
+        db_table = "eddyq_periodic"
+        verbose_name = _("periodic schedule")
+        verbose_name_plural = _("periodic schedules")
+
+    def __str__(self) -> str:
+        return f"{self.name}: last run {self.last_run_at.isoformat()}"
