@@ -411,7 +411,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _port_free(port: int) -> bool:
+    """Whether PostgreSQL could listen on ``port`` (like it, ignoring TIME_WAIT connections)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((_HOST, port))
         except OSError:
@@ -543,8 +545,12 @@ def ensure_persistent(
         if not _is_initialised(cluster_dir):
             _initdb(cluster_dir, port if _port_free(port) else _free_port(), _COMMON_SETTINGS, who)
         if _postmaster_pid(cluster_dir) is None:
-            if not _port_free(_configured_port(cluster_dir)):
-                _set_port(cluster_dir, _free_port(), who)
+            if not _port_free(old_port := _configured_port(cluster_dir)):
+                _set_port(cluster_dir, new_port := _free_port(), who)
+                print(
+                    f"django-eddyq: port {old_port} of {cluster_dir} is taken; now on {new_port}.",
+                    file=sys.stderr,
+                )
             start(cluster_dir)
         cluster = Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
         _create_database(cluster)
