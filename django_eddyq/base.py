@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
+from croniter import croniter
 from django.utils import timezone
 
 from django_eddyq.durations import parse_duration
@@ -24,6 +25,9 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 RETAINED_STATES = ("completed", "failed", "cancelled")
 
 type Backoff = Callable[[int], float | timedelta]
+
+#: Tasks declared with ``@task(cron=...)``, by path: the periodic enqueuer's schedules.
+SCHEDULED_TASKS: dict[str, Task[..., Any]] = {}
 
 
 class Call:
@@ -54,6 +58,7 @@ class Task[**P, R]:
     backoff: Backoff | None = None
     retention: Mapping[str, float | None] | None = None
     run_at: datetime | timedelta | None = None
+    cron: str | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -67,6 +72,8 @@ class Task[**P, R]:
             raise ValueError(f"max_attempts must be an integer ≥ 1, not {self.max_attempts!r}")
         if self.run_at is not None:
             validate_run_at(self.run_at)
+        if self.cron is not None:
+            validate_cron(self.cron)
 
     @property
     def path(self) -> str:
@@ -156,6 +163,7 @@ def task[**P, R](
     timeout: str | float | timedelta | None = None,
     backoff: Backoff | None = None,
     retention: Mapping[str, object] | None = None,
+    cron: str | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -169,11 +177,16 @@ def task[**P, R](
     timeout: str | float | timedelta | None = None,
     backoff: Backoff | None = None,
     retention: Mapping[str, object] | None = None,
+    cron: str | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
-    """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``."""
+    """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``.
+
+    ``cron="*/5 * * * *"`` also enqueues it on that schedule (without arguments), once per
+    scheduled time, from the elected leader's periodic enqueuer.
+    """
 
     def wrap(func: Callable[P, R]) -> Task[P, R]:
-        return Task(
+        new = Task(
             func=func,
             queue=queue,
             priority=priority,
@@ -181,7 +194,11 @@ def task[**P, R](
             timeout=None if timeout is None else parse_duration(timeout, name="timeout"),
             backoff=backoff,
             retention=None if retention is None else parse_retention(retention),
+            cron=cron,
         )
+        if cron is not None:
+            SCHEDULED_TASKS[new.path] = new
+        return new
 
     if function is not None:
         return wrap(function)
@@ -235,3 +252,12 @@ def parse_retention(retention: Mapping[str, object]) -> dict[str, float | None]:
             else parse_duration(value, name=f"retention[{state!r}]").total_seconds()
         )
     return parsed
+
+
+def validate_cron(expression: object) -> str:
+    if not isinstance(expression, str) or not croniter.is_valid(expression):
+        raise ValueError(
+            f"cron expression {expression!r} is invalid: use 5 fields (minute hour day month "
+            "weekday), or 6 with seconds last"
+        )
+    return expression

@@ -27,3 +27,7 @@ class Discard(Exception):
 
 class TaskNotFound(ImportError):
     """A job names a task path that cannot be imported."""
+
+
+class JobRescued(Exception):
+    """The attempt's worker stopped renewing its lease; the rescuer took the job back."""

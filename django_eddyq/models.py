@@ -70,12 +70,13 @@ class Job(models.Model):
     )
     metadata = models.JSONField(_("metadata"), default=dict)
 
-    # Jobs past their retention deadline are invisible, with the cleaner's boundary.
-    objects = JobManager()
     # Every row, expired or not: for maintenance and forensics.
     all_objects = models.Manager()
+    # Jobs past their retention deadline are invisible, with the cleaner's boundary.
+    objects = JobManager()
 
     class Meta:
+        default_manager_name = "objects"
         base_manager_name = "all_objects"
         db_table = "eddyq_jobs"
         verbose_name = _("job")

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 # Channels for LISTEN/NOTIFY. NOTIFY is transactional: listeners hear only committed work.
 JOBS_CHANNEL = "eddyq_jobs"  # payload: a queue name that has new available jobs
+SCHEDULED_CHANNEL = "eddyq_scheduled"  # new future work: the scheduler re-reads its next wake
 
 # The database's clock unless a test or an operator injects one.
 NOW = "COALESCE(%(now)s::timestamptz, now())"
 
+# Evaluated once per statement over the rows it wrote: wakes workers of the queues that got
+# available jobs, and the scheduler if any job now waits for a future run_at.
 _NOTIFY_QUEUES = f"""
     SELECT count(pg_notify('{JOBS_CHANNEL}', queue))
+           + (SELECT count(pg_notify('{SCHEDULED_CHANNEL}', ''))
+              FROM (SELECT FROM {{source}} WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
     FROM (SELECT DISTINCT queue FROM {{source}} WHERE state = 'available') AS woken
 """
 
@@ -129,3 +135,105 @@ SELECT count(*), ({_NOTIFY_QUEUES.format(source="promoted")}) FROM promoted
 """
 PROMOTE_DUE_ANY_QUEUE = _PROMOTE_DUE.format(queue_filter="")
 PROMOTE_DUE_FROM_QUEUES = _PROMOTE_DUE.format(queue_filter="AND queue = ANY(%(queues)s::text[])")
+
+
+# Maintenance: rescuer, scheduler, periodic enqueuer.
+
+# Running jobs whose lease has passed: the lease decides, never the job's age.
+SELECT_STUCK_JOBS = f"""
+SELECT id, task, attempt, max_attempts, locked_by, locked_until
+FROM eddyq_jobs
+WHERE state = 'running' AND locked_until < {NOW}
+ORDER BY locked_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+RESCUE_JOBS = f"""
+WITH rescue AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(states)s::text[], %(delays)s::float8[], %(errors)s::jsonb[]
+    ) AS rescue(id, state, delay, error)
+), rescued AS (
+    UPDATE eddyq_jobs AS job
+    SET state = rescue.state,
+        errors = job.errors || jsonb_build_array(
+            rescue.error || jsonb_build_object('at', {NOW})),
+        run_at = CASE WHEN rescue.delay IS NULL THEN job.run_at
+                      ELSE {NOW} + make_interval(secs => rescue.delay) END,
+        finalized_at = CASE WHEN rescue.state = 'failed' THEN {NOW} END,
+        locked_by = NULL,
+        locked_until = NULL
+    FROM rescue
+    WHERE job.id = rescue.id AND job.state = 'running'
+    RETURNING job.id
+)
+SELECT count(*) FROM rescued
+"""
+
+# When the next scheduled or retryable job comes due, in seconds from now (negative: overdue).
+NEXT_DUE_IN = f"""
+SELECT extract(epoch FROM min(run_at) - {NOW})
+FROM eddyq_jobs
+WHERE state IN ('scheduled', 'retryable')
+"""
+
+DATABASE_NOW = "SELECT now()"
+
+# A schedule's last enqueued run, locked until the transaction that may enqueue the next ends:
+# two leaders (say, across a failover) queue up here, and the second sees the first's run.
+LOCK_PERIODIC_SCHEDULE = (
+    "SELECT last_run_at FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE"
+)
+
+START_PERIODIC_SCHEDULE = """
+INSERT INTO eddyq_periodic (name, last_run_at, updated_at)
+VALUES (%(name)s, %(run_at)s, now())
+ON CONFLICT (name) DO NOTHING
+"""
+
+# Only forwards: a run is never enqueued twice, nor an older one after a newer.
+ADVANCE_PERIODIC_SCHEDULE = """
+UPDATE eddyq_periodic SET last_run_at = %(run_at)s, updated_at = now()
+WHERE name = %(name)s AND last_run_at < %(run_at)s
+"""
+
+SELECT_PERIODIC_SCHEDULES = "SELECT name, last_run_at FROM eddyq_periodic"
+
+
+# Leader election.
+
+LEADER_CHANNEL = "eddyq_leader"  # payload: an election whose leader resigned
+
+ENSURE_LEADER_ROW = """
+INSERT INTO eddyq_leader (name, leader_id, elected_at, expires_at)
+VALUES (%(name)s, '', now(), '-infinity')
+ON CONFLICT (name) DO NOTHING
+"""
+
+# Takes the row if its lease has expired or is already ours (a renewal), skipping it while
+# another process holds it locked mid-campaign.
+CAMPAIGN_FOR_LEADER = """
+WITH candidate AS (
+    SELECT name FROM eddyq_leader
+    WHERE name = %(name)s AND (expires_at <= now() OR leader_id = %(leader_id)s)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_leader AS leader
+SET elected_at = CASE WHEN leader.leader_id = %(leader_id)s AND leader.expires_at > now()
+                      THEN leader.elected_at ELSE now() END,
+    leader_id = %(leader_id)s,
+    expires_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM candidate
+WHERE leader.name = candidate.name
+RETURNING leader.expires_at
+"""
+
+RESIGN_LEADER = f"""
+WITH resigned AS (
+    UPDATE eddyq_leader SET expires_at = now() - interval '1 millisecond'
+    WHERE name = %(name)s AND leader_id = %(leader_id)s
+    RETURNING name
+)
+SELECT count(pg_notify('{LEADER_CHANNEL}', name)) FROM resigned
+"""

@@ -30,6 +30,8 @@ class Service(Loop):
     interval_setting: ClassVar[str]
     #: What the counted rows are, for logs and ``eddyq_maintenance``: "rescued", "deleted", ...
     verb: ClassVar[str] = "changed"
+    #: A NOTIFY channel that should cut the service's wait short.
+    wake_on: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,6 +53,9 @@ class Service(Loop):
         if count:
             logger.info("eddyq %s: %d %s", self.name, count, self.verb)
         return count
+
+    def on_notification(self, _payload: str) -> None:
+        self.wake()
 
     def on_failure(self) -> None:
         # A broken connection is replaced on the next pass.

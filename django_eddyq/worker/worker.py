@@ -18,15 +18,18 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from django.db import connections
 from django.utils.module_loading import autodiscover_modules
 from psycopg.types.json import Jsonb
 
 from django_eddyq import db, sql
 from django_eddyq.base import validate_queue_name
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.election import Elector
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.lifecycle import Loop
 from django_eddyq.listener import Listener
+from django_eddyq.maintenance import Rescuer, all_services
 from django_eddyq.worker.execution import (
     ClaimedJob,
     Handler,
@@ -80,6 +83,7 @@ class Worker(Loop):
         concurrency: int = 10,
         burst: bool = False,
         shutdown_timeout: float = 30.0,
+        maintenance: bool = True,
         worker_id: str | None = None,
     ) -> None:
         super().__init__()
@@ -89,7 +93,9 @@ class Worker(Loop):
         self.concurrency = concurrency
         self.burst = burst
         self.shutdown_timeout = shutdown_timeout
+        self.maintenance = maintenance
         self.id = worker_id or make_worker_id()
+        self.elector: Elector | None = None
 
         self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
         self._listener: Listener | None = None
@@ -110,10 +116,23 @@ class Worker(Loop):
     def on_start(self) -> None:
         autodiscover_modules("tasks")
         self._connection = db.connect()
-        if eddyq_settings.LISTEN_NOTIFY:
-            self._listener = Listener()
-            self._listener.subscribe(sql.JOBS_CHANNEL, self._on_jobs_notification)
-            self._listener.start()
+        if eddyq_settings.RECOVER_STALE_ON_START:
+            self._recover_stale()
+        listener = Listener() if eddyq_settings.LISTEN_NOTIFY else None
+        if listener is not None:
+            listener.subscribe(sql.JOBS_CHANNEL, self._on_jobs_notification)
+        if self.maintenance:
+            self.elector = Elector(self.id, all_services())
+            if listener is not None:
+                listener.subscribe(sql.LEADER_CHANNEL, self.elector.on_leader_notification)
+                for service in self.elector.services:
+                    if service.wake_on is not None:
+                        listener.subscribe(service.wake_on, service.on_notification)
+        if listener is not None:
+            listener.start()
+            self._listener = listener
+        if self.elector is not None:
+            self.elector.start()
         for number in range(self.concurrency):
             thread = threading.Thread(
                 target=self._handler_thread, name=f"eddyq-handler-{number}", daemon=True
@@ -134,6 +153,9 @@ class Worker(Loop):
         )
 
     def on_stop(self) -> None:
+        if self.elector is not None:
+            self.elector.stop()
+            self.elector.join()
         if self._listener is not None:
             self._listener.stop()
         for _ in self._threads:
@@ -148,6 +170,9 @@ class Worker(Loop):
         """Stop claiming; running jobs get ``shutdown_timeout`` seconds to finish."""
         if self._drain_deadline is None:
             self._drain_deadline = time.monotonic() + self.shutdown_timeout
+        # Leadership is handed over at once, not after the drain.
+        if self.elector is not None:
+            self.elector.stop()
         super().stop()
 
     def interval(self) -> float:
@@ -356,6 +381,15 @@ class Worker(Loop):
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:
             self.wake()
+
+    def _recover_stale(self) -> None:
+        """One rescue pass over all queues at start-up, leader or not."""
+        try:
+            rescued = Rescuer().run_once()
+        finally:
+            connections[eddyq_settings.DATABASE].close()
+        if rescued:
+            logger.info("eddyq worker %s: rescued %d stale jobs at start-up", self.id, rescued)
 
     # Helpers.
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -85,6 +85,7 @@ class Command(BaseCommand):
                 concurrency=options["concurrency"],
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],
+                maintenance=options["maintenance"],
             )
 
         if options["processes"] > 1:
