@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
 from django_eddyq.worker import Worker
+from tests.processes import StartWorker, start_worker_processes
 
 # Short timings so that tests of time-based behaviour stay fast.
 FAST_SETTINGS: dict[str, Any] = {
@@ -55,3 +57,9 @@ def worker_environment() -> dict[str, str]:
         "EDDYQ_STALE_AFTER": "5s",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+@pytest.fixture
+def start_worker(worker_environment: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
+    """Starts real worker processes (``start("--burst", ...)``), all killed at the end."""
+    yield from start_worker_processes(worker_environment, tmp_path)

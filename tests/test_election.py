@@ -1,0 +1,231 @@
+"""Leader election: single passes in this process, then real worker processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+from django.db.models.functions import Now
+from django.test import override_settings
+
+from django_eddyq.election import Elector
+from django_eddyq.maintenance.service import Service
+from django_eddyq.models import Job, Leader
+from tests import jobs
+from tests.processes import StartWorker, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SHORT_LEASE = {"LEADER_LEASE": "2s", "LEADER_RENEW_INTERVAL": "500ms"}
+
+
+class CountingService(Service):
+    """A service that counts its passes, to see which elector runs maintenance."""
+
+    name = "counting"
+    interval_setting = "SCHEDULER_INTERVAL"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes = 0
+
+    def interval(self) -> float:
+        return 0.05
+
+    def run_once(self, now: datetime | None = None) -> int:
+        self.passes += 1
+        return 0
+
+
+@pytest.fixture
+def short_lease() -> Iterator[None]:
+    with override_settings(EDDYQ=SHORT_LEASE):
+        yield
+
+
+def leader() -> Leader:
+    return Leader.objects.get(name="default")
+
+
+def test_one_of_two_electors_wins_and_renews(short_lease: None) -> None:
+    first, second = Elector("first", []), Elector("second", [])
+    try:
+        assert first.run_once() == 1
+        assert second.run_once() == 0
+        assert first.is_leader and first.holds_lease()
+        assert not second.is_leader
+        elected = leader()
+        assert elected.leader_id == "first"
+
+        time.sleep(0.05)
+        assert first.run_once() == 0  # a renewal: leadership did not change hands
+        renewed = leader()
+        assert renewed.expires_at > elected.expires_at
+        assert renewed.elected_at == elected.elected_at
+    finally:
+        first.on_stop()
+        second.on_stop()
+
+
+def test_a_follower_takes_over_an_expired_lease(short_lease: None) -> None:
+    first, second = Elector("first", []), Elector("second", [])
+    try:
+        first.run_once()
+        Leader.objects.update(expires_at=leader().elected_at)  # as if first died long ago
+        assert second.run_once() == 1
+        assert leader().leader_id == "second"
+        # The old leader learns it lost at its next renewal, and steps down.
+        assert first.run_once() == 1
+        assert not first.is_leader
+    finally:
+        first.on_stop()
+        second.on_stop()
+
+
+def test_resigning_lets_a_follower_take_over_at_once(short_lease: None) -> None:
+    first, second = Elector("first", []), Elector("second", [])
+    try:
+        first.run_once()
+        first.on_stop()
+        assert Leader.objects.filter(name="default", expires_at__lt=Now()).exists()
+        assert second.run_once() == 1
+        assert leader().leader_id == "second"
+    finally:
+        second.on_stop()
+
+
+def test_a_leader_steps_down_before_its_lease_can_expire(short_lease: None) -> None:
+    service = CountingService()
+    elector = Elector("slow", [service])
+    try:
+        elector.run_once()
+        assert elector.is_leader and service.may_run()
+        # Renewals fail from now on: pretend the last good one was sent 1.6s ago, so that less
+        # than one renew interval (0.5s) of the 2s lease is left.
+        elector._valid_until = time.monotonic() + 0.4
+        assert not elector.holds_lease()
+        assert not service.may_run()
+        assert elector.run_once() == 1
+        assert not elector.is_leader
+    finally:
+        elector.on_stop()
+
+
+def test_services_run_only_on_the_leader(short_lease: None) -> None:
+    leading_service, following_service = CountingService(), CountingService()
+    first = Elector("first", [leading_service])
+    second = Elector("second", [following_service])
+    first.start()
+    wait_for(lambda: first.is_leader, seconds=5)
+    second.start()
+    try:
+        wait_for(lambda: leading_service.passes >= 3, seconds=5)
+        assert following_service.passes == 0
+        first.stop()
+        assert first.join(5)
+        wait_for(lambda: second.is_leader, seconds=3)
+        wait_for(lambda: following_service.passes >= 3, seconds=5)
+    finally:
+        first.stop()
+        second.stop()
+        first.join(5)
+        second.join(5)
+
+
+# Real worker processes with a lease of about 2s.
+
+PROCESS_TIMINGS = {
+    "EDDYQ_LEADER_LEASE": "2s",
+    "EDDYQ_LEADER_RENEW_INTERVAL": "500ms",
+    "EDDYQ_STALE_AFTER": "2s",
+    "EDDYQ_HEARTBEAT_INTERVAL": "500ms",
+    "EDDYQ_RESCUE_INTERVAL": "300ms",
+    "EDDYQ_SCHEDULER_INTERVAL": "200ms",
+}
+
+
+@pytest.fixture
+def start_leader_worker(
+    start_worker: StartWorker,
+    worker_environment: dict[str, str],
+) -> StartWorker:
+    worker_environment.update(PROCESS_TIMINGS)
+    return start_worker
+
+
+def current_leader() -> str | None:
+    row = Leader.objects.filter(name="default").values_list("leader_id", "expires_at").first()
+    if row is None:
+        return None
+    leader_id, expires_at = row
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s > now()", [expires_at])
+        alive = cursor.fetchone()[0]
+    return leader_id if alive else None
+
+
+def leader_pid() -> int | None:
+    leader_id = current_leader()
+    return int(leader_id.split(":")[1]) if leader_id else None
+
+
+@pytest.mark.processes
+def test_exactly_one_process_leads_and_sigkill_hands_over_within_a_lease(
+    start_leader_worker: StartWorker,
+) -> None:
+    first = start_leader_worker("--concurrency", "2")
+    second = start_leader_worker("--concurrency", "2")
+    wait_for(lambda: leader_pid() in (first.pid, second.pid), seconds=20)
+    leading = first if leader_pid() == first.pid else second
+    following = second if leading is first else first
+    # It stays with one process while both live.
+    for _ in range(10):
+        assert leader_pid() == leading.pid
+        time.sleep(0.1)
+
+    leading.send_signal(signal.SIGKILL)
+    leading.wait(5)
+    killed_at = time.monotonic()
+    wait_for(lambda: leader_pid() == following.pid, seconds=10)
+    assert time.monotonic() - killed_at < 2.0 + 1.0  # one lease, plus a renew interval of slack
+
+
+@pytest.mark.processes
+def test_sigterm_hands_leadership_over_at_once(start_leader_worker: StartWorker) -> None:
+    first = start_leader_worker("--concurrency", "2")
+    wait_for(lambda: leader_pid() == first.pid, seconds=20)
+    second = start_leader_worker("--concurrency", "2")
+    time.sleep(1.5)  # let the second start and campaign (it loses)
+    assert leader_pid() == first.pid
+
+    stopped_at = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    wait_for(lambda: leader_pid() == second.pid, seconds=10)
+    assert time.monotonic() - stopped_at < 1.0  # at once: not after the 2s lease
+    assert first.wait(10) == 0
+
+
+@pytest.mark.processes
+def test_a_job_whose_worker_is_killed_is_rescued_and_completed_elsewhere(
+    start_leader_worker: StartWorker,
+) -> None:
+    victim = start_leader_worker("--concurrency", "1", "--no-maintenance")
+    job = jobs.sleep.using(max_attempts=3).enqueue(1.0, "survivor")
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == Job.State.RUNNING, seconds=20)
+    assert Job.objects.get(pk=job.pk).locked_by.split(":")[1] == str(victim.pid)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(5)
+
+    rescuer = start_leader_worker("--concurrency", "1")
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == Job.State.COMPLETED, seconds=30)
+    finished = Job.objects.get(pk=job.pk)
+    assert finished.attempt == 2
+    [rescue] = finished.errors
+    assert rescue["error"].startswith(f"JobRescued: worker {finished.errors[0]['rescued_from']}")
+    assert str(victim.pid) in rescue["rescued_from"]
+    assert rescuer.poll() is None
