@@ -30,6 +30,7 @@ def run_burst_worker(fast_settings: None) -> Callable[..., Worker]:
 
     def run(**options: Any) -> Worker:
         options.setdefault("concurrency", 4)
+        options.setdefault("maintenance", False)
         worker = Worker(burst=True, **options)
         worker.run()
         return worker

@@ -16,6 +16,7 @@ from django_eddyq.models import Job
 from django_eddyq.worker import Worker
 from django_eddyq.worker.execution import default_backoff
 from tests import jobs
+from tests.conftest import FAST_SETTINGS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -335,3 +336,27 @@ def test_stop_hands_back_unfinished_jobs_with_their_attempt(fast_settings: None)
     assert stored.attempt == 0
     assert stored.locked_by is None and stored.locked_until is None
     assert stored.errors == []
+
+
+def test_a_starting_worker_rescues_stale_jobs_first(run_burst_worker: RunWorker) -> None:
+    job = jobs.add.enqueue(1, 2)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE eddyq_jobs SET state = 'running', attempt = 1, locked_by = 'gone:1:x', "
+            "locked_until = now() - interval '1 second' WHERE id = %s",
+            [job.pk],
+        )
+    run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.RETRYABLE
+    assert stored.errors[0]["rescued_from"] == "gone:1:x"
+
+
+def test_stale_recovery_at_start_can_be_switched_off(run_burst_worker: RunWorker) -> None:
+    job = jobs.add.enqueue(1, 2)
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, attempt=1, locked_by="gone:1:x")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE eddyq_jobs SET locked_until = now() - interval '1 second'")
+    with override_settings(EDDYQ={**FAST_SETTINGS, "RECOVER_STALE_ON_START": False}):
+        run_burst_worker()
+    assert refreshed(job).state == Job.State.RUNNING
