@@ -95,7 +95,6 @@ class Task[**P, R]:
         priority: int | None = None,
         run_at: datetime | timedelta | None = None,
         max_attempts: int | None = None,
-        timeout: str | float | timedelta | None = None,
         retention: Mapping[str, object] | None = None,
     ) -> Task[P, R]:
         """Return a copy with these options changed; ``run_at`` may be a delay."""
@@ -108,8 +107,6 @@ class Task[**P, R]:
             changes["run_at"] = run_at
         if max_attempts is not None:
             changes["max_attempts"] = max_attempts
-        if timeout is not None:
-            changes["timeout"] = parse_duration(timeout, name="timeout")
         if retention is not None:
             changes["retention"] = parse_retention(retention)
         return dataclasses.replace(self, **changes)

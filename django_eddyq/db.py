@@ -19,10 +19,16 @@ _DJANGO_ONLY_PARAMS = ("cursor_factory", "context")
 
 
 def connection_params(alias: str | None = None) -> dict[str, Any]:
-    params = connections[alias or eddyq_settings.DATABASE].get_connection_params()
+    connection = connections[alias or eddyq_settings.DATABASE]
+    params = connection.get_connection_params()
     for key in _DJANGO_ONLY_PARAMS:
         params.pop(key, None)
     params.setdefault("application_name", "django-eddyq")
+    if "prepare_threshold" not in connection.settings_dict["OPTIONS"]:
+        # Django turns prepared statements off for poolers' sake; the worker's few hot
+        # statements gain from them, except behind PgBouncer in transaction mode, which is
+        # what LISTEN_NOTIFY=False declares.
+        params["prepare_threshold"] = 5 if eddyq_settings.LISTEN_NOTIFY else None
     return params
 
 

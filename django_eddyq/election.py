@@ -99,7 +99,7 @@ class Elector(Loop):
             self._leading = False
         try:
             if was_leading:
-                self._execute(sql.RESIGN_LEADER, self._params())
+                self._connect().execute(sql.RESIGN_LEADER, self._params())
                 logger.info("eddyq elector %s: resigned the leadership", self.worker_id)
         except psycopg.Error as error:
             logger.warning("eddyq elector %s: could not resign: %s", self.worker_id, error)
@@ -114,8 +114,15 @@ class Elector(Loop):
             self.wake()
 
     def _campaign(self) -> bool:
-        self._execute(sql.ENSURE_LEADER_ROW, {"name": self.election})
-        return bool(self._execute(sql.CAMPAIGN_FOR_LEADER, self._params()))
+        connection = self._connect()
+        # A renewal that takes longer than an interval is as good as failed. SET LOCAL: the
+        # timeout ends with the transaction, even on a pooled connection.
+        timeout_ms = max(int(eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds() * 1000), 100)
+        with connection.transaction():
+            connection.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
+            connection.execute(sql.ENSURE_LEADER_ROW, {"name": self.election})
+            won = connection.execute(sql.CAMPAIGN_FOR_LEADER, self._params()).fetchall()
+        return bool(won)
 
     def _take_over(self) -> None:
         self._leading = True
@@ -148,11 +155,7 @@ class Elector(Loop):
             "lease_seconds": eddyq_settings.LEADER_LEASE.total_seconds(),
         }
 
-    def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._connection is None or self._connection.closed:
             self._connection = db.connect()
-            # A renewal that takes longer than an interval is as good as failed.
-            timeout_ms = int(eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds() * 1000)
-            self._connection.execute(f"SET statement_timeout = {max(timeout_ms, 100)}")
-        cursor = self._connection.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
+        return self._connection

@@ -20,7 +20,7 @@ class Snooze(Exception):
 class Discard(Exception):
     """Fail the job now, without further attempts, recording ``reason`` as its error."""
 
-    def __init__(self, reason: str = "") -> None:
+    def __init__(self, reason: str = "discarded by its task") -> None:
         self.reason = reason
         super().__init__(reason)
 

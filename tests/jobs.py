@@ -101,5 +101,28 @@ def breaks_its_transaction() -> str:
     return "survived"
 
 
+def broken_backoff(attempt: int) -> float:
+    raise ZeroDivisionError("the backoff itself is broken")
+
+
+@task(backoff=broken_backoff)
+def fails_with_broken_backoff() -> None:
+    raise ValueError("first failure")
+
+
+class Escape(BaseException):
+    """Not an Exception: a handler can still raise it."""
+
+
+@task
+def raises_base_exception() -> None:
+    raise Escape("out of the box")
+
+
+@task
+async def async_raises_base_exception() -> None:
+    raise Escape("out of the loop")
+
+
 def plain_function(x: int) -> int:
     return x * 2

@@ -227,7 +227,7 @@ def test_timezones_and_seconds_fields() -> None:
 
 
 def test_cron_on_the_decorator_is_a_schedule() -> None:
-    @task(cron="*/5 * * * *", queue="ticks")
+    @task(cron="*/5 * * * *", queue="ticks", priority=3, max_attempts=2, retention={"completed": 0})
     def tick() -> None: ...
 
     try:
@@ -236,7 +236,14 @@ def test_cron_on_the_decorator_is_a_schedule() -> None:
         enqueuer = PeriodicEnqueuer()
         enqueuer.run_once(now=NOW)
         assert enqueuer.run_once(now=NOW + timedelta(minutes=5)) == 1
-        assert Job.objects.get().task == tick.path
+        job = Job.all_objects.get()
+        assert (job.task, job.queue, job.priority, job.max_attempts, job.retention) == (
+            tick.path,
+            "ticks",
+            3,
+            2,
+            {"completed": 0.0},
+        )
     finally:
         del SCHEDULED_TASKS[tick.path]
 

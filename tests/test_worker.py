@@ -360,3 +360,25 @@ def test_stale_recovery_at_start_can_be_switched_off(run_burst_worker: RunWorker
     with override_settings(EDDYQ={**FAST_SETTINGS, "RECOVER_STALE_ON_START": False}):
         run_burst_worker()
     assert refreshed(job).state == Job.State.RUNNING
+
+
+def test_a_broken_backoff_falls_back_to_the_default(run_burst_worker: RunWorker) -> None:
+    job = jobs.fails_with_broken_backoff.enqueue()
+    run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.RETRYABLE
+    assert stored.errors[0]["error"] == "ValueError: first failure"
+    assert 0.9 <= seconds_until_run_at(stored) + 0.1 <= 1.2  # attempt 1: 1s ±10 %
+
+
+@pytest.mark.parametrize("task", [jobs.raises_base_exception, jobs.async_raises_base_exception])
+def test_a_base_exception_is_a_failed_attempt_not_a_dead_thread(
+    run_burst_worker: RunWorker, task: object
+) -> None:
+    job = task.enqueue()  # type: ignore[attr-defined]
+    after = jobs.add.enqueue(2, 2)
+    run_burst_worker(concurrency=1)
+    stored = refreshed(job)
+    assert stored.state == Job.State.RETRYABLE
+    assert stored.errors[0]["error"].startswith("Escape: out of the")
+    assert refreshed(after).result == 4

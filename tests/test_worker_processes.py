@@ -124,3 +124,17 @@ def test_worker_refuses_to_start_with_invalid_settings(
     assert result.returncode != 0
     assert "STALE_AFTER" in result.stderr
     assert "soon" in result.stderr
+
+
+def test_supervisor_and_workers_all_signalled_still_drain_gracefully(
+    start_worker: StartWorker,
+) -> None:
+    """As systemd's default KillMode=control-group does: SIGTERM to every process at once."""
+    supervisor = start_worker("--processes", "2", "--concurrency", "1", "--shutdown-timeout", "10")
+    wait_for(lambda: len(children_of(supervisor.pid)) == 2)
+    slow = jobs.sleep.enqueue_many([(1.0, "first"), (1.0, "second")])
+    wait_for(lambda: states(*slow) == ["running", "running"])
+    for pid in [supervisor.pid, *children_of(supervisor.pid)]:
+        os.kill(pid, signal.SIGTERM)
+    assert supervisor.wait(30) == 0
+    assert states(*slow) == ["completed", "completed"]

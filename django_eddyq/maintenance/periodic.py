@@ -37,6 +37,8 @@ class PeriodicJob:
     queue: str | None = None
     priority: int = 0
     timezone: str = "UTC"
+    max_attempts: int | None = None
+    retention: Mapping[str, float | None] | None = None
 
     @classmethod
     def from_setting(cls, name: str, options: Mapping[str, object]) -> PeriodicJob:
@@ -96,7 +98,15 @@ def periodic_jobs() -> list[PeriodicJob]:
         PeriodicJob.from_setting(name, options) for name, options in eddyq_settings.PERIODIC.items()
     ]
     schedules += [
-        PeriodicJob(name=path, task=path, cron=declared.cron, queue=declared.queue)
+        PeriodicJob(
+            name=path,
+            task=path,
+            cron=declared.cron,
+            queue=declared.queue,
+            priority=declared.priority,
+            max_attempts=declared.max_attempts,
+            retention=declared.retention,
+        )
         for path, declared in SCHEDULED_TASKS.items()
         if declared.cron is not None
     ]
@@ -129,7 +139,7 @@ class PeriodicEnqueuer(Service):
             last = last_runs.get(schedule.name)
             if last is not None and last >= due:
                 continue
-            params = {"name": schedule.name, "run_at": due}
+            params: dict[str, Any] = {"name": schedule.name, "run_at": due}
             with self.atomic(), self.cursor() as cursor:
                 cursor.execute(sql.LOCK_PERIODIC_SCHEDULE, params)
                 locked = cursor.fetchone()
@@ -165,8 +175,9 @@ class PeriodicEnqueuer(Service):
             kwargs=dict(schedule.kwargs),
             queue=schedule.queue or default_queue(),
             priority=schedule.priority,
-            max_attempts=eddyq_settings.MAX_ATTEMPTS,
+            max_attempts=schedule.max_attempts or eddyq_settings.MAX_ATTEMPTS,
             run_at=run_at,
             delay=0.0,
+            retention=dict(schedule.retention) if schedule.retention is not None else None,
             metadata={"periodic": schedule.name, "scheduled_for": run_at.isoformat()},
         )

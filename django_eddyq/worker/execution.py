@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import math
 import random
 import traceback
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from functools import lru_cache
 from importlib import import_module
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from django_eddyq.arguments import normalize_json
@@ -109,10 +111,18 @@ def default_backoff(attempt: int) -> float:
 
 
 def retry_delay(handler: Handler | None, attempt: int) -> float:
+    """Seconds until the next attempt; a task's own backoff that fails falls back to ours."""
     if handler is None or handler.backoff is None:
         return default_backoff(attempt)
-    delay = handler.backoff(attempt)
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    try:
+        delay = handler.backoff(attempt)
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    except Exception:
+        logger.exception("eddyq: the backoff of a task failed; using the default backoff")
+        return default_backoff(attempt)
+    if not math.isfinite(seconds):
+        logger.error("eddyq: a task's backoff returned %r; using the default backoff", seconds)
+        return default_backoff(attempt)
     return max(seconds, 0.0)
 
 
@@ -161,21 +171,30 @@ def _steer(job: ClaimedJob, handler: Handler | None, error: BaseException) -> Ou
 
 
 def run_sync(job: ClaimedJob, handler: Handler) -> Outcome:
-    """Run a sync handler on this thread, with Django's connection-age handling around it."""
-    close_old_connections()
+    """Run a sync handler on this thread, with Django's connection-age handling around it.
+
+    Whatever the handler raises, even a ``BaseException``, ends as an outcome: a handler
+    thread must outlive every job, or its job would stay running under renewed leases.
+    """
     try:
+        close_old_connections()
         value = handler.func(*job.args, **job.kwargs)
         return _settle(job, handler, value)
-    except (Exception, SystemExit) as error:
+    except BaseException as error:
         return _steer(job, handler, error)
     finally:
         close_old_connections()
 
 
 async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
-    """Run an async handler on the worker's event loop; its timeout cancels it."""
+    """Run an async handler on the worker's event loop; its timeout cancels it.
+
+    Django's connection-age handling runs around it too, in the thread where the ORM's async
+    methods run their queries.
+    """
     deadline = asyncio.timeout(handler.timeout)
     try:
+        await sync_to_async(close_old_connections)()
         async with deadline:
             value = await handler.func(*job.args, **job.kwargs)
         return _settle(job, handler, value)
@@ -183,5 +202,7 @@ async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
         if deadline.expired():
             return timed_out(job, handler)
         return _steer(job, handler, error)
-    except (Exception, SystemExit) as error:
+    except Exception as error:
         return _steer(job, handler, error)
+    finally:
+        await sync_to_async(close_old_connections)()

@@ -40,6 +40,22 @@ def on_stop_signals(
         signal.signal(stop_signal, handle)
 
 
-def restore_default_signals() -> None:
-    for stop_signal in STOP_SIGNALS:
-        signal.signal(stop_signal, signal.SIG_DFL)
+# What a supervisor sends its worker processes: signals of their own, so that a worker that
+# also gets SIGTERM from elsewhere (systemd signals the whole control group) never counts the
+# supervisor's request as a second, "exit now" signal.
+GRACEFUL_STOP_FROM_SUPERVISOR = signal.SIGUSR1
+IMMEDIATE_STOP_FROM_SUPERVISOR = signal.SIGUSR2
+
+
+def on_supervisor_signals(graceful_stop: Callable[[], None], *, who: str) -> None:
+    def stop_gracefully(signum: int, frame: FrameType | None) -> None:
+        logger.info("eddyq %s: asked to stop by its supervisor", who)
+        graceful_stop()
+
+    def stop_now(signum: int, frame: FrameType | None) -> None:
+        logger.warning("eddyq %s: told to exit now by its supervisor", who)
+        logging.shutdown()
+        os._exit(1)
+
+    signal.signal(GRACEFUL_STOP_FROM_SUPERVISOR, stop_gracefully)
+    signal.signal(IMMEDIATE_STOP_FROM_SUPERVISOR, stop_now)

@@ -19,7 +19,12 @@ from multiprocessing.context import ForkProcess
 
 from django.db import connections
 
-from django_eddyq.worker.signals import on_stop_signals
+from django_eddyq.worker.signals import (
+    GRACEFUL_STOP_FROM_SUPERVISOR,
+    IMMEDIATE_STOP_FROM_SUPERVISOR,
+    on_stop_signals,
+    on_supervisor_signals,
+)
 from django_eddyq.worker.worker import Worker
 
 logger = logging.getLogger("django_eddyq")
@@ -46,7 +51,7 @@ class Supervisor:
         self._signal_to_forward: int | None = None
 
     def run(self) -> int:
-        on_stop_signals(self._stop, who="supervisor", before_exit=self._signal_children)
+        on_stop_signals(self._stop, who="supervisor", before_exit=self._stop_children_now)
         for slot in range(self.processes):
             self._spawn(slot)
         while self._children or (self._restart_at and not self._stopping):
@@ -59,12 +64,15 @@ class Supervisor:
     def _stop(self) -> None:
         self._stopping = True
         self._restart_at.clear()
-        self._signal_children()
+        self._signal_children(GRACEFUL_STOP_FROM_SUPERVISOR)
 
-    def _signal_children(self) -> None:
+    def _stop_children_now(self) -> None:
+        self._signal_children(IMMEDIATE_STOP_FROM_SUPERVISOR)
+
+    def _signal_children(self, which: signal.Signals) -> None:
         for process, _started in self._children.values():
             if process.pid is not None and process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
+                os.kill(process.pid, which)
 
     def _spawn(self, slot: int) -> None:
         # A forked child must not share the parent's database sockets.
@@ -76,11 +84,12 @@ class Supervisor:
 
     def _child_main(self) -> None:
         # Its own process group: a Ctrl-C in the terminal reaches only the supervisor, which
-        # forwards it once, so a child never sees it twice.
+        # passes it on as its own signal.
         os.setpgrp()
         supervisor_pid = os.getppid()
         worker = self.make_worker()
         on_stop_signals(worker.stop, who=f"worker {worker.id}")
+        on_supervisor_signals(worker.stop, who=f"worker {worker.id}")
         threading.Thread(
             target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
         ).start()

@@ -373,7 +373,8 @@ class Worker(Loop):
             self.wake()
 
     def _async_done(self, running: RunningJob, done: Future[Outcome]) -> None:
-        error = done.exception()
+        # A cancelled future or a BaseException from the handler still ends as an outcome.
+        error = asyncio.CancelledError() if done.cancelled() else done.exception()
         outcome = failure(running.job, running.handler, error) if error else done.result()
         self._finished.append((running, outcome))
         self.wake()
@@ -394,7 +395,7 @@ class Worker(Loop):
     # Helpers.
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         assert self._connection is not None
-        return self._connection.execute(statement, params, prepare=True).fetchall()
+        return self._connection.execute(statement, params).fetchall()
 
     def _reconnect(self, error: psycopg.OperationalError) -> None:
         logger.warning("eddyq worker %s lost its database connection: %s", self.id, error)
