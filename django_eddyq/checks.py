@@ -9,10 +9,12 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, InterfaceError, connections
 from django.db.utils import load_backend
 
+from django_eddyq import sql
 from django_eddyq.conf import (
     DEFAULTS,
     ENV_PREFIX,
@@ -30,6 +32,7 @@ HEARTBEAT_TOO_SLOW = "django_eddyq.E003"
 LEADER_RENEWAL_TOO_SLOW = "django_eddyq.E004"
 UNKNOWN_DATABASE = "django_eddyq.E005"
 NOT_POSTGRESQL = "django_eddyq.E006"
+UNKNOWN_REINDEX_INDEX = "django_eddyq.E007"
 UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
 LEADER_RENEWAL_LATE = "django_eddyq.W002"
 
@@ -176,3 +179,40 @@ def _vendor(engine: object) -> str | None:
     except ImproperlyConfigured:
         return None
     return vendor
+
+
+# Tagged "database" only: it queries the database, so Django runs it when given databases
+# (check --database, migrate) or the "database" tag, never in a plain check.
+@register(Tags.database)
+def check_reindex_indexes(
+    app_configs: AppConfigs = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """REINDEX_INDEXES names only indexes of eddyq_jobs; the reindexer would skip the others.
+
+    Says nothing when the queue's database is not among ``databases``, can't be reached, or
+    has no eddyq_jobs yet (before migrate).
+    """
+    try:
+        alias = eddyq_settings.DATABASE
+        names = eddyq_settings.REINDEX_INDEXES
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    if not names or not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return []  # reported by check_database
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql.REINDEX_UNKNOWN_INDEXES, {"names": list(names)})
+            unknown = [name for (name,) in cursor.fetchall()]
+    except (DatabaseError, InterfaceError):
+        return []
+    return [
+        Error(
+            f"REINDEX_INDEXES names {name!r}, which is not an index of eddyq_jobs.",
+            hint="The reindexer skips it. psql's \\d eddyq_jobs lists the table's indexes.",
+            id=UNKNOWN_REINDEX_INDEX,
+        )
+        for name in unknown
+    ]

@@ -237,3 +237,144 @@ WITH resigned AS (
 )
 SELECT count(pg_notify('{LEADER_CHANNEL}', name)) FROM resigned
 """
+
+
+# Retention: the cleaner, the queue cleaner, the reindexer.
+#
+# These take positional parameters: the expiry conditions are shared with Job.objects, which
+# hides expired jobs and is compiled by Django, whose expressions use positional parameters.
+# In a condition, {now} is when it is evaluated (NOW_POSITIONAL for the services, now() for
+# Job.objects), {state}, {finalized_at} and {retention} are column references and {name} is a
+# state of the fixed list. Periods are subtracted in UTC, where a day is always 24 hours
+# whatever the session's TimeZone.
+
+NOW_POSITIONAL = "COALESCE(%s::timestamptz, now())"
+
+# A terminal job on its state's RETENTION (it has no key for that state): expired once
+# finalized_at + %s <= now. A range of eddyq_jobs_finalized_idx, walked in order. The key test
+# is spelled so that the planner can estimate it from the column's statistics: as
+# (retention -> name) IS NULL it guesses that 0.5% of rows pass, and sorts the whole backlog.
+JOB_EXPIRED_BY_DEFAULT = (
+    "{state} = '{name}'"
+    " AND {finalized_at} <= (({now}) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'"
+    " AND ({retention} IS NULL OR NOT {retention} ? '{name}')"
+)
+
+# A terminal job with its own retention for its state, in seconds; null (or anything but a
+# number, even a JSON array naming the state) keeps it forever. Compared as numeric seconds:
+# exact to the microsecond, and no period is too long. Walks eddyq_jobs_retention_idx; the CASE
+# guards the cast whatever order the planner evaluates the rest in.
+JOB_EXPIRED_BY_OVERRIDE = (
+    "{state} = '{name}' AND {retention} IS NOT NULL"
+    " AND extract(epoch FROM ({now}) - {finalized_at})"
+    " >= CASE WHEN jsonb_typeof({retention} -> '{name}') = 'number'"
+    " THEN ({retention} ->> '{name}')::numeric END"
+)
+
+# A batch whose callback has fired, finalized RETENTION["batch"] (%s) ago. Pending batches stay.
+BATCH_EXPIRED = (
+    "state = 'complete'"
+    " AND finalized_at <= (({now}) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'"
+)
+
+# Deletes up to %s rows of {table} matching {condition}, oldest first, skipping rows others
+# hold: short statements that never keep many locks for long. {resume} (RESUME_AFTER) carries
+# on from where the pass's previous batch ended, so that later batches don't walk again over
+# the rows the condition keeps, nor over the dead ones that vacuum has not yet removed.
+DELETE_EXPIRED = """
+WITH doomed AS (
+    SELECT id FROM {table}
+    WHERE {condition}{resume}
+    ORDER BY finalized_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM {table} AS gone
+    USING doomed
+    WHERE gone.id = doomed.id
+    RETURNING gone.finalized_at
+)
+SELECT count(*), max(finalized_at) FROM deleted
+"""
+RESUME_AFTER = " AND finalized_at >= %s"
+
+# Queues not updated within QUEUE_RETENTION (%s), except paused ones (deleting the row would
+# resume them) and those with unfinished jobs. The states are spelled as an OR so that each
+# arm can use the partial index made for it.
+DELETE_STALE_QUEUES = f"""
+WITH stale AS (
+    SELECT name FROM eddyq_queues AS stale_queue
+    WHERE stale_queue.paused_at IS NULL
+      AND stale_queue.updated_at
+          <= (({NOW_POSITIONAL}) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'
+      AND NOT EXISTS (
+          SELECT 1 FROM eddyq_jobs AS job
+          WHERE job.queue = stale_queue.name
+            AND (job.state = 'available'
+                 OR job.state IN ('scheduled', 'retryable')
+                 OR job.state = 'running')
+      )
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM eddyq_queues AS gone
+    USING stale
+    WHERE gone.name = stale.name
+    RETURNING gone.name
+)
+SELECT count(*) FROM deleted
+"""
+
+# The index of eddyq_jobs called %(name)s, found as REINDEX would find it (the search_path);
+# no row if there is none. The name is one identifier, never read as schema.name.
+REINDEX_FIND_INDEX = """
+SELECT index_namespace.nspname, index_class.relname
+FROM pg_index AS ix
+JOIN pg_class AS index_class ON index_class.oid = ix.indexrelid
+JOIN pg_namespace AS index_namespace ON index_namespace.oid = index_class.relnamespace
+WHERE ix.indexrelid = to_regclass(quote_ident(%(name)s))
+  AND ix.indrelid = to_regclass('eddyq_jobs')
+"""
+
+# The names of %(names)s that are not indexes of eddyq_jobs; none before the table exists.
+REINDEX_UNKNOWN_INDEXES = """
+SELECT given.name
+FROM unnest(%(names)s::text[]) WITH ORDINALITY AS given(name, position)
+WHERE to_regclass('eddyq_jobs') IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_index AS ix
+      WHERE ix.indexrelid = to_regclass(quote_ident(given.name))
+        AND ix.indrelid = to_regclass('eddyq_jobs')
+  )
+ORDER BY given.position
+"""
+
+# Index builds under way on eddyq_jobs in this database (CREATE INDEX, REINDEX, concurrently or
+# not) by other sessions. A build whose table this role may not see counts too: without
+# pg_read_all_stats, relid of other roles' sessions reads NULL.
+REINDEX_BUILDS_IN_PROGRESS = """
+SELECT progress.pid, progress.command
+FROM pg_stat_progress_create_index AS progress
+WHERE progress.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND (progress.relid = to_regclass('eddyq_jobs') OR progress.relid IS NULL)
+  AND progress.pid <> pg_backend_pid()
+ORDER BY progress.pid
+"""
+
+# What an interrupted REINDEX CONCURRENTLY of %(name)s leaves behind: invalid indexes named
+# <name>_ccnew, <name>_ccnew1, ..., <name>_ccold, ... They are useless, yet still updated by
+# every write.
+REINDEX_LEFTOVERS = """
+SELECT leftover_namespace.nspname, leftover.relname
+FROM pg_index AS ix
+JOIN pg_class AS leftover ON leftover.oid = ix.indexrelid
+JOIN pg_namespace AS leftover_namespace ON leftover_namespace.oid = leftover.relnamespace
+WHERE ix.indrelid = to_regclass('eddyq_jobs')
+  AND NOT ix.indisvalid
+  AND left(leftover.relname, length(%(name)s)) = %(name)s
+  AND substr(leftover.relname, length(%(name)s) + 1) ~ '^_cc(new|old)[0-9]*$'
+ORDER BY leftover.relname
+"""
+
+# {index} is a psycopg.sql.Identifier of an index found above, never text as given.
+REINDEX_INDEX = "REINDEX INDEX CONCURRENTLY {index}"
+DROP_LEFTOVER_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS {index}"

@@ -1,0 +1,74 @@
+"""The cleaner: deletes finished jobs and batches once their retention has passed.
+
+Which jobs have expired is decided by ``managers.job_expiries``, shared with ``Job.objects``,
+which hides exactly the jobs the cleaner would delete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django_eddyq import sql
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.maintenance.service import Service
+from django_eddyq.managers import bounded_period, job_expiries
+
+logger = logging.getLogger("django_eddyq")
+
+
+class Cleaner(Service):
+    """Deletes completed, failed and cancelled jobs past their retention, and complete batches.
+
+    A job's deadline is ``finalized_at`` plus its retention: the job's own for its state when
+    ``Job.retention`` names the state, else ``RETENTION[state]`` as it is at the time of the
+    pass, so a changed setting applies to jobs finalized before. None keeps forever; zero
+    deletes at the next pass. Rows go in batches of ``batch_size``, each its own short
+    statement, so the cleaner never holds many locks for long and skips rows others hold.
+    Jobs of a deleted batch stay, their ``batch`` set to NULL by the database.
+    """
+
+    name = "cleaner"
+    interval_setting = "CLEANER_INTERVAL"
+    verb = "deleted"
+    batch_size: ClassVar[int] = 1000
+
+    def run_once(self, now: datetime | None = None) -> int:
+        retention = eddyq_settings.RETENTION
+        deleted = 0
+        for expiry in job_expiries(retention, now=sql.NOW_POSITIONAL, now_params=(now,)):
+            count = self.delete_expired("eddyq_jobs", expiry.sql, expiry.params)
+            if count:
+                kind = "own retention" if expiry.override else "RETENTION"
+                logger.debug("eddyq cleaner: %d %s jobs by their %s", count, expiry.state, kind)
+            deleted += count
+        batch_period = bounded_period(retention["batch"])
+        if batch_period is not None:
+            condition = sql.BATCH_EXPIRED.format(now=sql.NOW_POSITIONAL)
+            deleted += self.delete_expired("eddyq_batches", condition, (now, batch_period))
+        return deleted
+
+    def delete_expired(self, table: str, condition: str, params: Sequence[Any]) -> int:
+        """Delete the rows of ``table`` matching ``condition``, a batch per statement, until a
+        batch comes back short; returns how many went."""
+        deleted = 0
+        resume_from: datetime | None = None
+        with self.cursor() as cursor:
+            while not self.stopping:
+                if resume_from is None:
+                    statement = sql.DELETE_EXPIRED.format(
+                        table=table, condition=condition, resume=""
+                    )
+                    cursor.execute(statement, [*params, self.batch_size])
+                else:
+                    statement = sql.DELETE_EXPIRED.format(
+                        table=table, condition=condition, resume=sql.RESUME_AFTER
+                    )
+                    cursor.execute(statement, [*params, resume_from, self.batch_size])
+                count, resume_from = cursor.fetchone()
+                deleted += count
+                if count < self.batch_size:
+                    break
+        return deleted
