@@ -182,9 +182,7 @@ DATABASE_NOW = "SELECT now()"
 
 # A schedule's last enqueued run, locked until the transaction that may enqueue the next ends:
 # two leaders (say, across a failover) queue up here, and the second sees the first's run.
-LOCK_PERIODIC_SCHEDULE = (
-    "SELECT last_run_at FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE"
-)
+LOCK_PERIODIC_SCHEDULE = "SELECT last_run_at FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE"
 
 START_PERIODIC_SCHEDULE = """
 INSERT INTO eddyq_periodic (name, last_run_at, updated_at)

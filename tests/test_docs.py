@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from django_eddyq.worker.execution import resolve
+from django_eddyq.handlers import resolve
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RUNNABLE = "python"

@@ -12,9 +12,9 @@ from django.db import connection
 from django.test import override_settings
 
 from demo.models import Execution
+from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
 from django_eddyq.worker import Worker
-from django_eddyq.worker.execution import default_backoff
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
 

@@ -10,8 +10,8 @@ from psycopg.types.json import Jsonb
 
 from django_eddyq import sql
 from django_eddyq.exceptions import JobRescued, TaskNotFound
+from django_eddyq.handlers import Handler, resolve, retry_delay
 from django_eddyq.maintenance.service import Service
-from django_eddyq.worker.execution import Handler, resolve, retry_delay
 
 logger = logging.getLogger("django_eddyq")
 

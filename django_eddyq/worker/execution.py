@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
-import math
-import random
 import traceback
-from collections.abc import Callable
-from datetime import datetime, timedelta
-from functools import lru_cache
-from importlib import import_module
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from django_eddyq.arguments import normalize_json
-from django_eddyq.base import Task
-from django_eddyq.exceptions import Discard, Snooze, TaskNotFound
+from django_eddyq.exceptions import Discard, Snooze
+from django_eddyq.handlers import Handler, retry_delay
 
 logger = logging.getLogger("django_eddyq")
 
@@ -59,71 +53,6 @@ class Outcome:
         if self.error is not None:
             return str(self.error["error"])
         return self.state
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Handler:
-    """What a task path resolves to: the function and the options the worker needs."""
-
-    func: Callable[..., Any]
-    timeout: float | None
-    backoff: Callable[[int], float | timedelta] | None
-
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
-
-
-@lru_cache(maxsize=4096)
-def resolve(path: str) -> Handler:
-    """Import ``module.qualname``, trying the longest importable module prefix."""
-    parts = path.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        module_name, attributes = ".".join(parts[:split]), parts[split:]
-        try:
-            target: Any = import_module(module_name)
-        except ImportError as error:
-            if error.name is not None and not module_name.startswith(error.name):
-                # The module exists but itself failed to import something: say so.
-                raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
-            continue
-        try:
-            for attribute in attributes:
-                target = getattr(target, attribute)
-        except AttributeError as error:
-            raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
-        return _handler_for(target, path)
-    raise TaskNotFound(f"cannot import task {path!r}: no such module")
-
-
-def _handler_for(target: Any, path: str) -> Handler:
-    if isinstance(target, Task):
-        timeout = target.timeout.total_seconds() if target.timeout is not None else None
-        return Handler(func=target.func, timeout=timeout, backoff=target.backoff)
-    if callable(target):
-        return Handler(func=target, timeout=None, backoff=None)
-    raise TaskNotFound(f"cannot run task {path!r}: it is a {type(target).__name__}, not a callable")
-
-
-def default_backoff(attempt: int) -> float:
-    """River's curve: attempt⁴ seconds, with ±10 % jitter so retries don't arrive in step."""
-    return float(attempt**4) * random.uniform(0.9, 1.1)
-
-
-def retry_delay(handler: Handler | None, attempt: int) -> float:
-    """Seconds until the next attempt; a task's own backoff that fails falls back to ours."""
-    if handler is None or handler.backoff is None:
-        return default_backoff(attempt)
-    try:
-        delay = handler.backoff(attempt)
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    except Exception:
-        logger.exception("eddyq: the backoff of a task failed; using the default backoff")
-        return default_backoff(attempt)
-    if not math.isfinite(seconds):
-        logger.error("eddyq: a task's backoff returned %r; using the default backoff", seconds)
-        return default_backoff(attempt)
-    return max(seconds, 0.0)
 
 
 def error_entry(job: ClaimedJob, error: BaseException) -> dict[str, Any]:

@@ -27,15 +27,14 @@ from django_eddyq.base import validate_queue_name
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
 from django_eddyq.exceptions import TaskNotFound
+from django_eddyq.handlers import Handler, resolve
 from django_eddyq.lifecycle import Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
 from django_eddyq.worker.execution import (
     ClaimedJob,
-    Handler,
     Outcome,
     failure,
-    resolve,
     returned,
     run_async,
     run_sync,

@@ -1,0 +1,88 @@
+"""What a job's task path resolves to, and how long a failed attempt waits before the next.
+
+Shared by the worker, which runs handlers, and the rescuer, which retries jobs whose worker
+died, so it depends on neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import math
+import random
+from collections.abc import Callable
+from datetime import timedelta
+from functools import lru_cache
+from importlib import import_module
+from typing import Any
+
+from django_eddyq.base import Task
+from django_eddyq.exceptions import TaskNotFound
+
+logger = logging.getLogger("django_eddyq")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handler:
+    """What a task path resolves to: the function and the options the worker needs."""
+
+    func: Callable[..., Any]
+    timeout: float | None
+    backoff: Callable[[int], float | timedelta] | None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+
+@lru_cache(maxsize=4096)
+def resolve(path: str) -> Handler:
+    """Import ``module.qualname``, trying the longest importable module prefix."""
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name, attributes = ".".join(parts[:split]), parts[split:]
+        try:
+            target: Any = import_module(module_name)
+        except ImportError as error:
+            if error.name is not None and not module_name.startswith(error.name):
+                # The module exists but itself failed to import something: say so.
+                raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
+            continue
+        try:
+            for attribute in attributes:
+                target = getattr(target, attribute)
+        except AttributeError as error:
+            raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
+        return _handler_for(target, path)
+    raise TaskNotFound(f"cannot import task {path!r}: no such module")
+
+
+def _handler_for(target: Any, path: str) -> Handler:
+    if isinstance(target, Task):
+        timeout = target.timeout.total_seconds() if target.timeout is not None else None
+        return Handler(func=target.func, timeout=timeout, backoff=target.backoff)
+    if callable(target):
+        return Handler(func=target, timeout=None, backoff=None)
+    raise TaskNotFound(f"cannot run task {path!r}: it is a {type(target).__name__}, not a callable")
+
+
+def default_backoff(attempt: int) -> float:
+    """River's curve: attempt⁴ seconds, with ±10 % jitter so retries don't arrive in step."""
+    return float(attempt**4) * random.uniform(0.9, 1.1)
+
+
+def retry_delay(handler: Handler | None, attempt: int) -> float:
+    """Seconds until the next attempt; a task's own backoff that fails falls back to ours."""
+    if handler is None or handler.backoff is None:
+        return default_backoff(attempt)
+    try:
+        delay = handler.backoff(attempt)
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    except Exception:
+        logger.exception("eddyq: the backoff of a task failed; using the default backoff")
+        return default_backoff(attempt)
+    if not math.isfinite(seconds):
+        logger.error("eddyq: a task's backoff returned %r; using the default backoff", seconds)
+        return default_backoff(attempt)
+    return max(seconds, 0.0)
