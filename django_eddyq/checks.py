@@ -33,6 +33,7 @@ LEADER_RENEWAL_TOO_SLOW = "django_eddyq.E004"
 UNKNOWN_DATABASE = "django_eddyq.E005"
 NOT_POSTGRESQL = "django_eddyq.E006"
 UNKNOWN_REINDEX_INDEX = "django_eddyq.E007"
+INVALID_PERIODIC_JOB = "django_eddyq.E008"
 UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
 LEADER_RENEWAL_LATE = "django_eddyq.W002"
 
@@ -216,3 +217,35 @@ def check_reindex_indexes(
         )
         for name in unknown
     ]
+
+
+@register(TAG)
+def check_periodic_jobs(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every schedule of PERIODIC is well formed and names a task that can be imported."""
+    from django_eddyq.handlers import resolve
+    from django_eddyq.maintenance.periodic import PeriodicJob
+
+    try:
+        periodic = eddyq_settings.PERIODIC
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    errors: list[CheckMessage] = []
+    for name, options in periodic.items():
+        try:
+            schedule = PeriodicJob.from_setting(name, options)
+        except ValueError as error:
+            errors.append(
+                Error(str(error), hint="See docs/maintenance.md.", id=INVALID_PERIODIC_JOB)
+            )
+            continue
+        try:
+            resolve(schedule.task)
+        except ImportError as error:
+            errors.append(
+                Error(
+                    f'EDDYQ["PERIODIC"][{name!r}]: {error}',
+                    hint="Name a task by its import path, module.qualname.",
+                    id=INVALID_PERIODIC_JOB,
+                )
+            )
+    return errors

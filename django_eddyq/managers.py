@@ -143,7 +143,17 @@ class Unexpired(models.Expression):
         return f"({condition}) IS NOT TRUE", params
 
 
-class JobManager(models.Manager["Job"]):
+class QueueDatabaseManager[M: models.Model](models.Manager[M]):
+    """Reads from the queue's database (``EDDYQ["DATABASE"]``) unless told another alias.
+
+    So the admin and user code find the jobs where the queue keeps them without a router.
+    """
+
+    def get_queryset(self) -> models.QuerySet[M]:
+        return models.QuerySet(self.model, using=self._db or eddyq_settings.DATABASE)
+
+
+class JobManager(QueueDatabaseManager["Job"]):
     """The default manager of jobs: every job but those past their retention deadline."""
 
     def get_queryset(self) -> models.QuerySet[Job]:

@@ -10,7 +10,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from django_eddyq.base import PRIORITY_MAX, PRIORITY_MIN
-from django_eddyq.managers import JobManager
+from django_eddyq.managers import JobManager, QueueDatabaseManager
 
 
 class Job(models.Model):
@@ -71,7 +71,7 @@ class Job(models.Model):
     metadata = models.JSONField(_("metadata"), default=dict)
 
     # Every row, expired or not: for maintenance and forensics.
-    all_objects = models.Manager()
+    all_objects = QueueDatabaseManager()
     # Jobs past their retention deadline are invisible, with the cleaner's boundary.
     objects = JobManager()
 
@@ -183,6 +183,8 @@ class Batch(models.Model):
     finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
     metadata = models.JSONField(_("metadata"), default=dict)
 
+    objects = QueueDatabaseManager()
+
     class Meta:
         db_table = "eddyq_batches"
         verbose_name = _("batch")
@@ -207,6 +209,8 @@ class Queue(models.Model):
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
     metadata = models.JSONField(_("metadata"), default=dict)
 
+    objects = QueueDatabaseManager()
+
     class Meta:
         db_table = "eddyq_queues"
         verbose_name = _("queue")
@@ -226,6 +230,8 @@ class Leader(models.Model):
     leader_id = models.CharField(_("leader"), max_length=255)
     elected_at = models.DateTimeField(_("elected at"), db_default=Now())
     expires_at = models.DateTimeField(_("expires at"))
+
+    objects = QueueDatabaseManager()
 
     class Meta:
         db_table = "eddyq_leader"
@@ -247,6 +253,8 @@ class PeriodicSchedule(models.Model):
     name = models.CharField(_("schedule"), max_length=200, primary_key=True)
     last_run_at = models.DateTimeField(_("last run at"))
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+
+    objects = QueueDatabaseManager()
 
     class Meta:
         db_table = "eddyq_periodic"

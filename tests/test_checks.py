@@ -263,3 +263,26 @@ def test_docs_describe_every_check() -> None:
     docs = DOCS.read_text(encoding="utf-8")
     for check_id in CHECK_IDS:
         assert f"`{check_id}`" in docs
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ({"task": "tests.jobs.add", "cron": "every minute"}, "cron expression 'every minute'"),
+        ({"task": "tests.jobs.no_such_task", "cron": "* * * * *"}, "cannot import task"),
+        ({"task": "no.such.module.task", "cron": "* * * * *"}, "cannot import task"),
+        ({"task": "tests.jobs.add", "cron": "* * * * *", "timezone": "Nowhere/Else"}, "timezone"),
+    ],
+)
+def test_invalid_periodic_schedules_are_errors(schedule: dict[str, object], message: str) -> None:
+    with override_settings(EDDYQ={"PERIODIC": {"nightly": schedule}}):
+        errors = [e for e in run_checks() if e.id == "django_eddyq.E008"]
+    assert len(errors) == 1
+    assert message in errors[0].msg
+    assert "nightly" in errors[0].msg
+
+
+def test_valid_periodic_schedules_pass() -> None:
+    schedule = {"task": "tests.jobs.add", "cron": "*/5 * * * *", "args": [1, 2]}
+    with override_settings(EDDYQ={"PERIODIC": {"every-5": schedule}}):
+        assert [e for e in run_checks() if e.id == "django_eddyq.E008"] == []

@@ -22,8 +22,9 @@ from django.db import connections
 from django_eddyq.worker.signals import (
     GRACEFUL_STOP_FROM_SUPERVISOR,
     IMMEDIATE_STOP_FROM_SUPERVISOR,
-    on_stop_signals,
-    on_supervisor_signals,
+    handle_signals,
+    stop_signal_actions,
+    supervisor_signal_actions,
 )
 from django_eddyq.worker.worker import Worker
 
@@ -51,7 +52,9 @@ class Supervisor:
         self._signal_to_forward: int | None = None
 
     def run(self) -> int:
-        on_stop_signals(self._stop, who="supervisor", before_exit=self._stop_children_now)
+        handle_signals(
+            stop_signal_actions(self._stop, who="supervisor", before_exit=self._stop_children_now)
+        )
         for slot in range(self.processes):
             self._spawn(slot)
         while self._children or (self._restart_at and not self._stopping):
@@ -88,8 +91,11 @@ class Supervisor:
         os.setpgrp()
         supervisor_pid = os.getppid()
         worker = self.make_worker()
-        on_stop_signals(worker.stop, who=f"worker {worker.id}")
-        on_supervisor_signals(worker.stop, who=f"worker {worker.id}")
+        who = f"worker {worker.id}"
+        handle_signals(
+            stop_signal_actions(worker.stop, who=who)
+            | supervisor_signal_actions(worker.stop, who=who)
+        )
         threading.Thread(
             target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
         ).start()

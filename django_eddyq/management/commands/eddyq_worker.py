@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
 from django_eddyq.base import validate_queue_name
+from django_eddyq.conf import eddyq_settings
 from django_eddyq.worker import Worker
-from django_eddyq.worker.signals import on_stop_signals
+from django_eddyq.worker.signals import handle_signals, stop_signal_actions
 from django_eddyq.worker.supervisor import Supervisor
 
 
@@ -73,7 +75,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self.check(display_num_errors=False)
+        # With the queue's database, so that checks needing it (REINDEX_INDEXES) run too.
+        alias = eddyq_settings.DATABASE
+        self.check(
+            databases=[alias] if alias in settings.DATABASES else None,
+            display_num_errors=False,
+        )
         if options["shutdown_timeout"] < 0:
             raise CommandError("--shutdown-timeout must not be negative")
         # Imported once here, so that forked worker processes share them.
@@ -92,5 +99,5 @@ class Command(BaseCommand):
             Supervisor(options["processes"], make_worker).run()
             return
         worker = make_worker()
-        on_stop_signals(worker.stop, who=f"worker {worker.id}")
+        handle_signals(stop_signal_actions(worker.stop, who=f"worker {worker.id}"))
         worker.run()
