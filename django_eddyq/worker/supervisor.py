@@ -89,6 +89,8 @@ class Supervisor:
         # Its own process group: a Ctrl-C in the terminal reaches only the supervisor, which
         # passes it on as its own signal.
         os.setpgrp()
+        # The supervisor's wakeup socket is not this process's to write to.
+        signal.set_wakeup_fd(-1)
         supervisor_pid = os.getppid()
         worker = self.make_worker()
         who = f"worker {worker.id}"

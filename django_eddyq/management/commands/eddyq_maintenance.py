@@ -53,9 +53,7 @@ class Command(BaseCommand):
     def _dry_run(self, service: Any) -> None:
         if isinstance(service, Reindexer):
             planned = service.planned()
-            self.stdout.write(
-                f"{service.name}: would rebuild {', '.join(planned) if planned else 'nothing'}"
-            )
+            self.stdout.write(f"{service.name}: would run {'; '.join(planned) or 'nothing'}")
             return
         count = 0
         try:
