@@ -50,6 +50,7 @@ class Elector(Loop):
         self._leading = False
         for service in self.services:
             service.may_run = self.holds_lease
+            service.leader_id = worker_id
 
     @property
     def is_leader(self) -> bool:

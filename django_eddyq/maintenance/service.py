@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -37,6 +38,8 @@ class Service(Loop):
         super().__init__()
         # Set by the elector: a pass only starts while this process holds the leader lease.
         self.may_run: Callable[[], bool] = lambda: True
+        # The worker id of the elector that runs it, for the logs.
+        self.leader_id = ""
 
     def interval(self) -> float | None:
         value = getattr(eddyq_settings, self.interval_setting)
@@ -49,9 +52,18 @@ class Service(Loop):
         """A pass as the loop runs it: skipped unless this process may run maintenance."""
         if not self.may_run():
             return 0
+        started = time.time()
         count = self.run_once()
         if count:
             logger.info("eddyq %s: %d %s", self.name, count, self.verb)
+        # Each pass's leader and time window: what an audit of "never two leaders" reads.
+        logger.debug(
+            "eddyq %s: pass by leader %s from %.6f to %.6f",
+            self.name,
+            self.leader_id,
+            started,
+            time.time(),
+        )
         return count
 
     def on_notification(self, _payload: str) -> None:

@@ -69,5 +69,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)-7s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_eddyq": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "django_eddyq": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")}
+    },
 }
