@@ -1,6 +1,24 @@
 """django-eddyq: a durable, fast background job queue on your project's PostgreSQL."""
 
+from typing import Any
+
 from django_eddyq.base import Call, Task, task
 from django_eddyq.exceptions import Discard, Snooze
 
-__all__ = ["Call", "Discard", "Snooze", "Task", "task"]
+__all__ = ["Call", "Discard", "Snooze", "Task", "batch", "pause_queue", "resume_queue", "task"]
+
+# These touch the models, so they load on first use: importing the package (as settings and
+# tasks modules do) must work before Django's apps are ready.
+_LAZY = {
+    "batch": "django_eddyq.batches",
+    "pause_queue": "django_eddyq.queues",
+    "resume_queue": "django_eddyq.queues",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'django_eddyq' has no attribute {name!r}")

@@ -69,6 +69,19 @@ class Job(models.Model):
         help_text=_("Seconds to keep this job per terminal state; null keeps it forever."),
     )
     metadata = models.JSONField(_("metadata"), default=dict)
+    cancel_requested_at = models.DateTimeField(
+        _("cancel requested at"),
+        null=True,
+        blank=True,
+        help_text=_("Set when a running job is cancelled: its worker stops it as it can."),
+    )
+    # NULL, not "": the unique index covers only the jobs that hold a key.
+    unique_key = models.TextField(  # noqa: DJ001
+        _("unique key"),
+        null=True,
+        blank=True,
+        help_text=_("While set, no other job with this key can be enqueued."),
+    )
 
     # Every row, expired or not: for maintenance and forensics.
     all_objects = QueueDatabaseManager()
@@ -103,6 +116,10 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1), name="eddyq_jobs_max_attempts"
+            ),
+            # Unique jobs: enforced by the database, not by a read-then-write.
+            models.UniqueConstraint(
+                "unique_key", name="eddyq_jobs_unique_key", condition=Q(unique_key__isnull=False)
             ),
         ]
         indexes: ClassVar[list[models.Index]] = [
@@ -161,6 +178,34 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL_STATES
+
+    def cancel(self) -> bool:
+        """Cancel the job; False if it had already ended (or was already being cancelled).
+
+        A job not yet running is cancelled at once. A running one is flagged: its worker hears
+        of it at once (or at its next heartbeat), cancels an async handler, and a handler that
+        then raises ends ``cancelled``, never retried; one that returns anyway ends
+        ``completed``, since its work was done. Safe to call twice, concurrently, from any
+        process. Refreshes this instance.
+        """
+        from django_eddyq.jobs import cancel_job
+
+        changed = cancel_job(self.pk)
+        self.refresh_from_db()
+        return changed
+
+    def retry(self) -> bool:
+        """Make a failed, cancelled, retryable or scheduled job available now.
+
+        Its error history stays; its result and finalized_at are cleared, and it gets one more
+        attempt if it had used them all. An available or running job is left alone (False);
+        a completed one raises ``ValueError``. Refreshes this instance.
+        """
+        from django_eddyq.jobs import retry_job
+
+        changed = retry_job(self.pk)
+        self.refresh_from_db()
+        return changed
 
 
 class Batch(models.Model):
@@ -223,6 +268,20 @@ class Queue(models.Model):
     @property
     def is_paused(self) -> bool:
         return self.paused_at is not None
+
+    def pause(self) -> Queue:
+        """See ``django_eddyq.pause_queue``; refreshes this instance."""
+        from django_eddyq.queues import pause_queue
+
+        self.paused_at = pause_queue(self.name).paused_at
+        return self
+
+    def resume(self) -> Queue:
+        """See ``django_eddyq.resume_queue``; refreshes this instance."""
+        from django_eddyq.queues import resume_queue
+
+        self.paused_at = resume_queue(self.name).paused_at
+        return self
 
 
 class Leader(models.Model):

@@ -40,6 +40,8 @@ class JobSpec:
     def for_task(
         cls, task: Task[Any, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> JobSpec:
+        from django_eddyq.batches import current_batch
+
         normal_args, normal_kwargs = normalize_arguments(args, kwargs)
         run_at, delay = _due(task.run_at)
         return cls(
@@ -54,6 +56,7 @@ class JobSpec:
             run_at=run_at,
             delay=delay,
             retention=dict(task.retention) if task.retention is not None else None,
+            batch_id=current_batch.get(),
         )
 
 
@@ -70,10 +73,11 @@ def _due(run_at: datetime | timedelta | None) -> tuple[datetime | None, float]:
     return None, 0.0
 
 
-def insert_jobs(specs: Sequence[JobSpec]) -> list[Job]:
+def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     """Insert the jobs in one statement on the queue's database, in the caller's transaction.
 
     A committed insert wakes idle workers through NOTIFY; a rolled-back one leaves no trace.
+    ``cursor``, a Django or psycopg cursor, runs it in that cursor's transaction instead.
     """
     from django_eddyq.models import Job
 
@@ -93,7 +97,11 @@ def insert_jobs(specs: Sequence[JobSpec]) -> list[Job]:
         "metadatas": [Jsonb(normalize_json(spec.metadata, where="metadata")) for spec in specs],
         "batch_ids": [spec.batch_id for spec in specs],
     }
-    with connections[alias].cursor() as cursor:
+    if cursor is None:
+        with connections[alias].cursor() as own_cursor:
+            own_cursor.execute(sql.INSERT_JOBS, params)
+            rows = own_cursor.fetchall()
+    else:
         cursor.execute(sql.INSERT_JOBS, params)
         rows = cursor.fetchall()
     jobs = []

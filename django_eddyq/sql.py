@@ -57,6 +57,7 @@ _CLAIM = """
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' {queue_filter}
+      AND queue <> ALL (ARRAY(SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -111,12 +112,12 @@ SELECT id, state, ({_NOTIFY_QUEUES.format(source="finished")}) FROM finished
 """
 
 # One statement renews the lease of every job this worker runs; jobs not returned are no
-# longer this worker's (rescued or finished elsewhere).
+# longer this worker's (rescued or finished elsewhere), and it learns which were cancelled.
 HEARTBEAT = """
 UPDATE eddyq_jobs
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND locked_by = %(worker_id)s
-RETURNING id
+RETURNING id, cancel_requested_at IS NOT NULL
 """
 
 _PROMOTE_DUE = f"""
@@ -141,7 +142,8 @@ PROMOTE_DUE_FROM_QUEUES = _PROMOTE_DUE.format(queue_filter="AND queue = ANY(%(qu
 
 # Running jobs whose lease has passed: the lease decides, never the job's age.
 SELECT_STUCK_JOBS = f"""
-SELECT id, task, attempt, max_attempts, locked_by, locked_until
+SELECT id, task, attempt, max_attempts, locked_by, locked_until,
+       cancel_requested_at IS NOT NULL
 FROM eddyq_jobs
 WHERE state = 'running' AND locked_until < {NOW}
 ORDER BY locked_until
@@ -161,14 +163,14 @@ WITH rescue AS (
             rescue.error || jsonb_build_object('at', {NOW})),
         run_at = CASE WHEN rescue.delay IS NULL THEN job.run_at
                       ELSE {NOW} + make_interval(secs => rescue.delay) END,
-        finalized_at = CASE WHEN rescue.state = 'failed' THEN {NOW} END,
+        finalized_at = CASE WHEN rescue.state IN ('failed', 'cancelled') THEN {NOW} END,
         locked_by = NULL,
         locked_until = NULL
     FROM rescue
     WHERE job.id = rescue.id AND job.state = 'running'
-    RETURNING job.id
+    RETURNING job.id, job.state, job.batch_id
 )
-SELECT count(*) FROM rescued
+SELECT id, state, batch_id FROM rescued
 """
 
 # When the next scheduled or retryable job comes due, in seconds from now (negative: overdue).
@@ -376,3 +378,91 @@ ORDER BY leftover.relname
 # {index} is a psycopg.sql.Identifier of an index found above, never text as given.
 REINDEX_INDEX = "REINDEX INDEX CONCURRENTLY {index}"
 DROP_LEFTOVER_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS {index}"
+
+
+# Queues, cancellation and retry.
+
+CONTROL_CHANNEL = "eddyq_control"  # payload: "cancel:<job id>" for the worker running it
+
+SET_QUEUE_PAUSED = """
+INSERT INTO eddyq_queues (name, paused_at, created_at, updated_at, metadata)
+VALUES (%(name)s, CASE WHEN %(paused)s THEN now() END, now(), now(), '{}'::jsonb)
+ON CONFLICT (name) DO UPDATE
+SET paused_at = CASE WHEN %(paused)s THEN COALESCE(eddyq_queues.paused_at, now()) END,
+    updated_at = now()
+RETURNING name
+"""
+
+NOTIFY_QUEUE = f"SELECT pg_notify('{JOBS_CHANNEL}', %(name)s)"
+
+# A job not yet running is cancelled at once; a running one is flagged for its worker, which
+# learns of it by notification or at its next heartbeat.
+CANCEL_JOB = f"""
+WITH cancelled AS (
+    UPDATE eddyq_jobs
+    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+        finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE now() END,
+        cancel_requested_at = COALESCE(cancel_requested_at, now())
+    WHERE id = %(id)s
+      AND state IN ('scheduled', 'available', 'running', 'retryable')
+      AND (state <> 'running' OR cancel_requested_at IS NULL)
+    RETURNING id, state, batch_id
+)
+SELECT id, state, batch_id,
+       (SELECT count(pg_notify('{CONTROL_CHANNEL}', 'cancel:' || id)) FROM cancelled
+        WHERE state = 'running')
+FROM cancelled
+"""
+
+RETRY_JOB = f"""
+WITH retried AS (
+    UPDATE eddyq_jobs
+    SET state = 'available',
+        run_at = now(),
+        finalized_at = NULL,
+        result = NULL,
+        cancel_requested_at = NULL,
+        max_attempts = GREATEST(max_attempts, attempt + 1)
+    WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
+    RETURNING id, queue
+)
+SELECT id, (SELECT count(pg_notify('{JOBS_CHANNEL}', queue)) FROM retried) FROM retried
+"""
+
+JOB_STATE = "SELECT state FROM eddyq_jobs WHERE id = %(id)s"
+
+
+# Batches.
+
+# Locks the pending batches so that of two workers finishing a batch's last jobs at the same
+# instant, the second waits and then, in its next statement, sees the first's job as finished.
+LOCK_PENDING_BATCHES = """
+SELECT id FROM eddyq_batches
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
+ORDER BY id
+FOR UPDATE
+"""
+
+# Run after LOCK_PENDING_BATCHES, as its own statement: in READ COMMITTED it sees every job
+# committed before the lock was granted.
+COMPLETE_BATCHES = """
+UPDATE eddyq_batches AS batch
+SET state = 'complete', finalized_at = now()
+WHERE batch.id = ANY(%(ids)s::bigint[])
+  AND batch.state = 'pending'
+  AND batch.sealed
+  AND NOT EXISTS (
+      SELECT FROM eddyq_jobs AS job
+      WHERE job.batch_id = batch.id
+        AND job.state IN ('scheduled', 'available', 'running', 'retryable')
+  )
+RETURNING batch.id, batch.callback_task, batch.callback_args, batch.callback_kwargs,
+          batch.metadata,
+          (SELECT COALESCE(jsonb_object_agg(counted.state, counted.jobs), '{}'::jsonb)
+           FROM (SELECT state, count(*) AS jobs FROM eddyq_jobs
+                 WHERE batch_id = batch.id GROUP BY state) AS counted)
+"""
+
+SEAL_BATCH = "UPDATE eddyq_batches SET sealed = true WHERE id = %(id)s"
+
+SET_BATCH_CALLBACK_JOB = "UPDATE eddyq_batches SET callback_job = %(job_id)s WHERE id = %(id)s"

@@ -9,6 +9,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from django_eddyq import sql
+from django_eddyq.batches import complete_batches
 from django_eddyq.exceptions import JobRescued, TaskNotFound
 from django_eddyq.handlers import Handler, resolve, retry_delay
 from django_eddyq.maintenance.service import Service
@@ -51,7 +52,13 @@ class Rescuer(Service):
                         "errors": [Jsonb(error) for _state, _delay, error in plan],
                     },
                 )
-                rescued += int(cursor.fetchone()[0])
+                rows = cursor.fetchall()
+                rescued += len(rows)
+                ended_batches = {
+                    batch for _id, state, batch in rows if batch and state != "retryable"
+                }
+                if ended_batches:
+                    complete_batches(cursor, sorted(ended_batches))
             if len(stuck) < RESCUE_BATCH:
                 break
         return rescued
@@ -64,6 +71,7 @@ def _rescue_plan(
     max_attempts: int,
     locked_by: str | None,
     locked_until: datetime,
+    cancel_requested: bool,
 ) -> tuple[str, float | None, dict[str, Any]]:
     error = JobRescued(
         f"worker {locked_by} stopped renewing the lease of attempt {attempt} "
@@ -76,6 +84,8 @@ def _rescue_plan(
         "traceback": "",
         "rescued_from": locked_by,
     }
+    if cancel_requested:
+        return "cancelled", None, entry
     if attempt >= max_attempts:
         return "failed", None, entry
     handler: Handler | None

@@ -78,6 +78,11 @@ def timed_out(job: ClaimedJob, handler: Handler) -> Outcome:
     return failure(job, handler, error)
 
 
+def cancelled(outcome: Outcome) -> Outcome:
+    """The job was cancelled while running and its handler did not complete: it ends here."""
+    return Outcome(outcome.job, "cancelled", error=outcome.error)
+
+
 def returned(job: ClaimedJob) -> Outcome:
     """Handed back unfinished at shutdown: available again, the attempt not counted."""
     return Outcome(job, "available", attempt_given_back=1)

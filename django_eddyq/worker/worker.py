@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 
 from django_eddyq import db, sql
 from django_eddyq.base import validate_queue_name
+from django_eddyq.batches import complete_batches
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
 from django_eddyq.exceptions import TaskNotFound
@@ -34,6 +35,7 @@ from django_eddyq.maintenance import Rescuer, all_services
 from django_eddyq.worker.execution import (
     ClaimedJob,
     Outcome,
+    cancelled,
     failure,
     returned,
     run_async,
@@ -46,6 +48,7 @@ logger = logging.getLogger("django_eddyq")
 # Reconnection waits grow from this, doubling, up to the cap.
 RECONNECT_FIRST_SECONDS = 0.5
 RECONNECT_MAX_SECONDS = 10.0
+TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 # How many due jobs a burst worker promotes per pass.
 PROMOTE_BATCH = 1000
 
@@ -63,6 +66,8 @@ class RunningJob:
     handler: Handler | None
     deadline: float | None  # time.monotonic() after which the attempt has timed out
     settled: bool = False  # its outcome is already decided (timed out, lost): ignore a late one
+    cancel_requested: bool = False
+    future: Future[Outcome] | None = None  # an async handler's, to cancel it
 
 
 class Worker(Loop):
@@ -105,6 +110,7 @@ class Worker(Loop):
         self._running: dict[int, RunningJob] = {}
         self._busy_slots = 0
         self._finished: deque[tuple[RunningJob, Outcome]] = deque()  # appended by handlers
+        self._cancel_requests: deque[int] = deque()  # appended by the listener
         self._to_write: list[Outcome] = []
         self._next_heartbeat = 0.0
         self._claimed_full_batch = False
@@ -120,6 +126,7 @@ class Worker(Loop):
         listener = Listener() if eddyq_settings.LISTEN_NOTIFY else None
         if listener is not None:
             listener.subscribe(sql.JOBS_CHANNEL, self._on_jobs_notification)
+            listener.subscribe(sql.CONTROL_CHANNEL, self._on_control_notification)
         if self.maintenance:
             self.elector = Elector(self.id, all_services())
             if listener is not None:
@@ -197,6 +204,7 @@ class Worker(Loop):
 
     # One pass.
     def run_once(self, now: datetime | None = None) -> int:
+        self._apply_cancel_requests()
         self._collect_finished()
         self._check_deadlines()
         changed = self._write_outcomes()
@@ -215,6 +223,9 @@ class Worker(Loop):
             self._busy_slots -= 1
             if not running.settled:
                 running.settled = True
+                if running.cancel_requested and outcome.state != "completed":
+                    # Cancelled, then it raised (or snoozed): it ends cancelled, not retried.
+                    outcome = cancelled(outcome)
                 self._to_write.append(outcome)
 
     def _check_deadlines(self) -> None:
@@ -228,14 +239,22 @@ class Worker(Loop):
             ):
                 # The thread can't be killed: it keeps its slot until the handler returns.
                 running.settled = True
-                self._to_write.append(timed_out(running.job, running.handler))
+                outcome = timed_out(running.job, running.handler)
+                self._to_write.append(cancelled(outcome) if running.cancel_requested else outcome)
 
     def _write_outcomes(self) -> int:
         if not self._to_write:
             return 0
         outcomes = self._to_write
-        rows = self._execute(
-            sql.FINISH_JOBS,
+        ended_batches = sorted(
+            {
+                outcome.job.batch_id
+                for outcome in outcomes
+                if outcome.job.batch_id is not None and outcome.state in TERMINAL_STATES
+            }
+        )
+        rows = self._finish(
+            ended_batches,
             {
                 "worker_id": self.id,
                 "ids": [outcome.job.id for outcome in outcomes],
@@ -259,6 +278,16 @@ class Worker(Loop):
             self.processed += 1
             self._log_outcome(outcome, written=outcome.job.id in written)
         return len(written)
+
+    def _finish(self, ended_batches: list[int], params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """One statement, or for batch jobs one transaction that also completes their batches."""
+        if not ended_batches:
+            return self._execute(sql.FINISH_JOBS, params)
+        assert self._connection is not None
+        with self._connection.transaction(), self._connection.cursor() as cursor:
+            rows = cursor.execute(sql.FINISH_JOBS, params).fetchall()
+            complete_batches(cursor, ended_batches)
+        return rows
 
     def _log_outcome(self, outcome: Outcome, *, written: bool) -> None:
         job = outcome.job
@@ -300,6 +329,8 @@ class Worker(Loop):
             {"ids": held, "worker_id": self.id, "lease_seconds": self._lease_seconds()},
         )
         renewed = {row[0] for row in rows}
+        self._cancel_requests.extend(row[0] for row in rows if row[1])
+        self._apply_cancel_requests()
         for job_id in held:
             if job_id not in renewed:
                 running = self._running.pop(job_id)
@@ -358,8 +389,10 @@ class Worker(Loop):
         self._running[job.id] = running
         if handler.is_async:
             assert self._event_loop is not None
-            future = asyncio.run_coroutine_threadsafe(run_async(job, handler), self._event_loop)
-            future.add_done_callback(lambda done: self._async_done(running, done))
+            running.future = asyncio.run_coroutine_threadsafe(
+                run_async(job, handler), self._event_loop
+            )
+            running.future.add_done_callback(lambda done: self._async_done(running, done))
         else:
             self._work.put(running)
 
@@ -377,6 +410,22 @@ class Worker(Loop):
         outcome = failure(running.job, running.handler, error) if error else done.result()
         self._finished.append((running, outcome))
         self.wake()
+
+    def _on_control_notification(self, payload: str) -> None:
+        kind, _, job_id = payload.partition(":")
+        if kind == "cancel" and job_id.isdigit():
+            self._cancel_requests.append(int(job_id))
+            self.wake()
+
+    def _apply_cancel_requests(self) -> None:
+        while self._cancel_requests:
+            running = self._running.get(self._cancel_requests.popleft())
+            if running is None or running.settled or running.cancel_requested:
+                continue
+            running.cancel_requested = True
+            logger.info("eddyq job %s (%s): cancel requested", running.job.id, running.job.task)
+            if running.future is not None:
+                running.future.cancel()
 
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:

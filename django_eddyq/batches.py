@@ -1,0 +1,121 @@
+"""Batches: a group of jobs whose callback task runs once, when the last of them has ended."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError, connections, transaction
+
+from django_eddyq import sql
+from django_eddyq.arguments import normalize_arguments
+from django_eddyq.base import Task
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.models import Batch
+
+COUNTED_STATES = ("completed", "failed", "cancelled")
+
+# The batch that jobs enqueued here (this thread, this async task) join.
+current_batch: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "eddyq_current_batch", default=None
+)
+
+
+@contextmanager
+def batch(
+    on_complete: Task[..., Any] | str | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> Iterator[Batch]:
+    """Group the jobs enqueued in the block (on this thread); yields the ``Batch``.
+
+    When every job of the batch has ended (completed, failed or cancelled), ``on_complete`` is
+    enqueued exactly once with ``args`` and ``kwargs`` plus ``batch_id=`` and
+    ``counts={"completed": n, "failed": n, "cancelled": n}``, and the batch becomes
+    ``complete``. The batch is sealed when the block exits, so the callback cannot fire while
+    jobs are still being added; an empty batch completes at once. Inside a transaction, a
+    rollback takes the batch and its jobs away together.
+    """
+    callback_args, callback_kwargs = normalize_arguments(args, kwargs or {})
+    metadata: dict[str, Any] = {}
+    if isinstance(on_complete, Task):
+        callback_task = on_complete.path
+        metadata = {"callback_queue": on_complete.queue, "callback_priority": on_complete.priority}
+    else:
+        callback_task = on_complete or ""
+    created = Batch.objects.create(
+        callback_task=callback_task,
+        callback_args=callback_args,
+        callback_kwargs=callback_kwargs,
+        metadata=metadata,
+    )
+    token = current_batch.set(created.pk)
+    failed = True
+    try:
+        yield created
+        failed = False
+    finally:
+        current_batch.reset(token)
+        connection = connections[eddyq_settings.DATABASE]
+        if not (failed and connection.needs_rollback):
+            try:
+                seal(created.pk)
+            except DatabaseError:
+                if not failed:
+                    raise  # otherwise the block's own error is the one to see
+    created.refresh_from_db()
+
+
+def seal(batch_id: int) -> None:
+    """No more jobs join the batch; it completes now if all its jobs have already ended."""
+    alias = eddyq_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.SEAL_BATCH, {"id": batch_id})
+        complete_batches(cursor, [batch_id])
+
+
+def complete_batches(cursor: Any, batch_ids: Sequence[int]) -> list[int]:
+    """Complete those of the batches whose jobs have all ended, enqueuing their callbacks.
+
+    Call it in the transaction that ended the jobs, on a Django or a psycopg cursor. Returns
+    the ids of the batches it completed.
+    """
+    from django_eddyq.producer import JobSpec, default_queue, insert_jobs
+
+    ids = sorted(set(batch_ids))
+    cursor.execute(sql.LOCK_PENDING_BATCHES, {"ids": ids})
+    if not cursor.fetchall():
+        return []
+    cursor.execute(sql.COMPLETE_BATCHES, {"ids": ids})
+    completed = []
+    for batch_id, task, args, kwargs, metadata, counts in cursor.fetchall():
+        completed.append(batch_id)
+        if not task:
+            continue
+        metadata, counts = _json(metadata), _json(counts)
+        spec = JobSpec(
+            task=task,
+            args=list(_json(args)),
+            kwargs={
+                **_json(kwargs),
+                "batch_id": batch_id,
+                "counts": {state: counts.get(state, 0) for state in COUNTED_STATES},
+            },
+            queue=metadata.get("callback_queue") or default_queue(),
+            priority=metadata.get("callback_priority") or 0,
+            max_attempts=eddyq_settings.MAX_ATTEMPTS,
+            run_at=None,
+            delay=0.0,
+            metadata={"batch_callback": batch_id},
+        )
+        [callback] = insert_jobs([spec], cursor=cursor)
+        cursor.execute(sql.SET_BATCH_CALLBACK_JOB, {"id": batch_id, "job_id": callback.pk})
+    return completed
+
+
+def _json(value: Any) -> Any:
+    """Django's cursor returns jsonb as text, psycopg's as Python values."""
+    return json.loads(value) if isinstance(value, str) else value
