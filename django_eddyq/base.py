@@ -59,6 +59,8 @@ class Task[**P, R]:
     retention: Mapping[str, float | None] | None = None
     run_at: datetime | timedelta | None = None
     cron: str | None = None
+    unique_for: timedelta | None = None
+    unique_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -96,8 +98,14 @@ class Task[**P, R]:
         run_at: datetime | timedelta | None = None,
         max_attempts: int | None = None,
         retention: Mapping[str, object] | None = None,
+        unique_key: str | None = None,
     ) -> Task[P, R]:
-        """Return a copy with these options changed; ``run_at`` may be a delay."""
+        """Return a copy with these options changed; ``run_at`` may be a delay.
+
+        ``unique_key`` makes the job unique by that key (scoped to the task) instead of by its
+        arguments: while a job with the key is unfinished, or completed within the task's
+        ``unique_for``, enqueueing returns that job instead of a new one.
+        """
         changes: dict[str, Any] = {}
         if queue is not None:
             changes["queue"] = queue
@@ -109,6 +117,10 @@ class Task[**P, R]:
             changes["max_attempts"] = max_attempts
         if retention is not None:
             changes["retention"] = parse_retention(retention)
+        if unique_key is not None:
+            if not isinstance(unique_key, str) or not unique_key:
+                raise ValueError(f"unique_key must be a non-empty string, not {unique_key!r}")
+            changes["unique_key"] = unique_key
         return dataclasses.replace(self, **changes)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -161,6 +173,7 @@ def task[**P, R](
     backoff: Backoff | None = None,
     retention: Mapping[str, object] | None = None,
     cron: str | None = None,
+    unique_for: str | float | timedelta | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -175,11 +188,14 @@ def task[**P, R](
     backoff: Backoff | None = None,
     retention: Mapping[str, object] | None = None,
     cron: str | None = None,
+    unique_for: str | float | timedelta | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``.
 
     ``cron="*/5 * * * *"`` also enqueues it on that schedule (without arguments), once per
-    scheduled time, from the elected leader's periodic enqueuer.
+    scheduled time, from the elected leader's periodic enqueuer. ``unique_for="1h"``: enqueueing
+    it with the same arguments and queue as a job that is unfinished, or completed within the
+    last hour, returns that job instead of inserting another.
     """
 
     def wrap(func: Callable[P, R]) -> Task[P, R]:
@@ -192,6 +208,9 @@ def task[**P, R](
             backoff=backoff,
             retention=None if retention is None else parse_retention(retention),
             cron=cron,
+            unique_for=(
+                None if unique_for is None else parse_duration(unique_for, name="unique_for")
+            ),
         )
         if cron is not None:
             SCHEDULED_TASKS[new.path] = new

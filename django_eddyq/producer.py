@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import connections, transaction
 from psycopg.types.json import Jsonb
 
 from django_eddyq import sql
@@ -35,6 +38,8 @@ class JobSpec:
     retention: dict[str, float | None] | None = None
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     batch_id: int | None = None
+    unique_key: str | None = None
+    unique_for: float | None = None  # seconds a completed job keeps its key; None: not at all
 
     @classmethod
     def for_task(
@@ -44,11 +49,12 @@ class JobSpec:
 
         normal_args, normal_kwargs = normalize_arguments(args, kwargs)
         run_at, delay = _due(task.run_at)
+        queue = task.queue if task.queue is not None else default_queue()
         return cls(
             task=task.path,
             args=normal_args,
             kwargs=normal_kwargs,
-            queue=task.queue if task.queue is not None else default_queue(),
+            queue=queue,
             priority=task.priority,
             max_attempts=(
                 task.max_attempts if task.max_attempts is not None else eddyq_settings.MAX_ATTEMPTS
@@ -57,7 +63,21 @@ class JobSpec:
             delay=delay,
             retention=dict(task.retention) if task.retention is not None else None,
             batch_id=current_batch.get(),
+            unique_key=_unique_key(task, normal_args, normal_kwargs, queue),
+            unique_for=task.unique_for.total_seconds() if task.unique_for is not None else None,
         )
+
+
+def _unique_key(
+    task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], queue: str
+) -> str | None:
+    """The explicit key, scoped to the task; or, with ``unique_for``, one of the arguments."""
+    if task.unique_key is not None:
+        return f"{task.path}:key:{task.unique_key}"
+    if task.unique_for is None:
+        return None
+    canonical = json.dumps([args, kwargs, queue], sort_keys=True, separators=(",", ":"))
+    return f"{task.path}:args:{hashlib.sha256(canonical.encode()).hexdigest()}"
 
 
 def default_queue() -> str:
@@ -79,8 +99,6 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     A committed insert wakes idle workers through NOTIFY; a rolled-back one leaves no trace.
     ``cursor``, a Django or psycopg cursor, runs it in that cursor's transaction instead.
     """
-    from django_eddyq.models import Job
-
     if not specs:
         return []
     alias = eddyq_settings.DATABASE
@@ -96,34 +114,89 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
         "retentions": [None if spec.retention is None else Jsonb(spec.retention) for spec in specs],
         "metadatas": [Jsonb(normalize_json(spec.metadata, where="metadata")) for spec in specs],
         "batch_ids": [spec.batch_id for spec in specs],
+        "unique_keys": [spec.unique_key for spec in specs],
     }
-    if cursor is None:
-        with connections[alias].cursor() as own_cursor:
-            own_cursor.execute(sql.INSERT_JOBS, params)
-            rows = own_cursor.fetchall()
-    else:
-        cursor.execute(sql.INSERT_JOBS, params)
+    unique = any(spec.unique_key is not None for spec in specs)
+    statement = sql.INSERT_JOBS[(_queues_to_touch(alias, specs), unique)]
+    if not unique:
+        if cursor is None:
+            with connections[alias].cursor() as own_cursor:
+                own_cursor.execute(statement, params)
+                rows = own_cursor.fetchall()
+        else:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        return [_job(alias, spec, row) for spec, row in zip(specs, rows, strict=True)]
+    return _insert_unique(alias, specs, statement, params)
+
+
+def _insert_unique(
+    alias: str, specs: Sequence[JobSpec], statement: str, params: dict[str, Any]
+) -> list[Job]:
+    """Insert unless a job holds the key; return, per spec, the new job or the holder.
+
+    Enforced by the unique index, so concurrent enqueues of one key make one row: the second
+    waits for the first's transaction and then finds its job.
+    """
+    from django_eddyq.models import Job
+
+    keys = [spec.unique_key for spec in specs]
+    windows = [spec.unique_for for spec in specs]
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.RELEASE_UNIQUE_KEYS, {"unique_keys": keys, "windows": windows})
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
-    jobs = []
-    for spec, (job_id, state, run_at, created_at, _woken) in zip(specs, rows, strict=True):
-        job = Job(
-            id=job_id,
-            task=spec.task,
-            args=spec.args,
-            kwargs=spec.kwargs,
-            queue=spec.queue,
-            priority=spec.priority,
-            state=state,
-            attempt=0,
-            max_attempts=spec.max_attempts,
-            run_at=run_at,
-            created_at=created_at,
-            errors=[],
-            retention=spec.retention,
-            metadata=spec.metadata,
-            batch_id=spec.batch_id,
-        )
-        job._state.adding = False
-        job._state.db = alias
-        jobs.append(job)
-    return jobs
+    by_key: dict[str | None, Job] = {}
+    first_spec = {spec.unique_key: spec for spec in reversed(specs)}
+    for row in rows:
+        by_key[row[4]] = _job(alias, first_spec[row[4]], row)
+    missing = [key for key in keys if key not in by_key]
+    if missing:
+        holders = Job.all_objects.using(alias).filter(unique_key__in=missing)
+        by_key.update((holder.unique_key, holder) for holder in holders)
+    return [by_key[key] for key in keys]
+
+
+# When this process last created or touched each queue's row: at most once every few seconds.
+TOUCH_QUEUE_SECONDS = 5.0
+_queues_touched_at: dict[tuple[str, str], float] = {}
+
+
+def _queues_to_touch(alias: str, specs: Sequence[JobSpec]) -> bool:
+    now = time.monotonic()
+    stale = {
+        spec.queue
+        for spec in specs
+        if now - _queues_touched_at.get((alias, spec.queue), -TOUCH_QUEUE_SECONDS)
+        >= TOUCH_QUEUE_SECONDS
+    }
+    for queue in stale:
+        _queues_touched_at[(alias, queue)] = now
+    return bool(stale)
+
+
+def _job(alias: str, spec: JobSpec, row: tuple[Any, ...]) -> Job:
+    from django_eddyq.models import Job
+
+    job_id, state, run_at, created_at, unique_key = row[:5]
+    job = Job(
+        id=job_id,
+        task=spec.task,
+        args=spec.args,
+        kwargs=spec.kwargs,
+        queue=spec.queue,
+        priority=spec.priority,
+        state=state,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        run_at=run_at,
+        created_at=created_at,
+        errors=[],
+        retention=spec.retention,
+        metadata=spec.metadata,
+        batch_id=spec.batch_id,
+        unique_key=unique_key,
+    )
+    job._state.adding = False
+    job._state.db = alias
+    return job

@@ -24,33 +24,90 @@ _NOTIFY_QUEUES = f"""
     FROM (SELECT DISTINCT queue FROM {{source}} WHERE state = 'available') AS woken
 """
 
-INSERT_JOBS = f"""
+# Rows of eddyq_queues for the given queues: created if missing, their updated_at touched unless
+# recent. SKIP LOCKED: an enqueue never waits for another transaction's touch.
+_TOUCH_QUEUES = """
+, created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
+"""
+
+_INSERT_JOBS = """
 WITH input AS (
     SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
         %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
-        %(batch_ids)s::bigint[]
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
-        metadata, batch_id, position
+        metadata, batch_id, unique_key, position
     )
-), inserted AS (
+){touch_queues}, inserted AS (
     INSERT INTO eddyq_jobs (
         task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata, batch_id
+        errors, retention, metadata, batch_id, unique_key
     )
     SELECT task, args, kwargs, queue, priority,
            CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
-           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
     FROM input
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    {on_conflict}
+    RETURNING id, state, run_at, created_at, queue, unique_key
 )
-SELECT id, state, run_at, created_at, ({_NOTIFY_QUEUES.format(source="inserted")})
+SELECT id, state, run_at, created_at, unique_key, ({notify})
 FROM inserted
 ORDER BY id
+"""
+
+
+def insert_jobs_statement(*, touch_queues: bool, unique: bool) -> str:
+    """The insert, creating and touching queue rows or not, skipping unique conflicts or not."""
+    return _INSERT_JOBS.format(
+        touch_queues=_TOUCH_QUEUES if touch_queues else "",
+        on_conflict=(
+            "ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING" if unique else ""
+        ),
+        notify=_NOTIFY_QUEUES.format(source="inserted"),
+    )
+
+
+INSERT_JOBS = {
+    (touch, unique): insert_jobs_statement(touch_queues=touch, unique=unique)
+    for touch in (False, True)
+    for unique in (False, True)
+}
+
+# Before a unique insert: failed and cancelled jobs, and completed ones older than the
+# window, stop holding their key.
+RELEASE_UNIQUE_KEYS = """
+UPDATE eddyq_jobs AS job SET unique_key = NULL
+FROM unnest(%(unique_keys)s::text[], %(windows)s::float8[]) AS held(unique_key, window_seconds)
+WHERE job.unique_key = held.unique_key
+  AND (job.state IN ('failed', 'cancelled')
+       OR (job.state = 'completed'
+           AND (held.window_seconds IS NULL
+                OR job.finalized_at <= now() - make_interval(secs => held.window_seconds))))
+"""
+
+TOUCH_QUEUES = """
+UPDATE eddyq_queues SET updated_at = now()
+WHERE name IN (
+    SELECT name FROM eddyq_queues
+    WHERE name = ANY(%(queues)s::text[]) AND updated_at < now() - interval '5 seconds'
+    FOR UPDATE SKIP LOCKED
+)
 """
 
 _CLAIM = """

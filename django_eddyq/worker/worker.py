@@ -32,6 +32,7 @@ from django_eddyq.handlers import Handler, resolve
 from django_eddyq.lifecycle import Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
+from django_eddyq.producer import TOUCH_QUEUE_SECONDS
 from django_eddyq.worker.execution import (
     ClaimedJob,
     Outcome,
@@ -111,6 +112,7 @@ class Worker(Loop):
         self._busy_slots = 0
         self._finished: deque[tuple[RunningJob, Outcome]] = deque()  # appended by handlers
         self._cancel_requests: deque[int] = deque()  # appended by the listener
+        self._queues_touched_at: dict[str, float] = {}
         self._to_write: list[Outcome] = []
         self._next_heartbeat = 0.0
         self._claimed_full_batch = False
@@ -372,8 +374,21 @@ class Worker(Loop):
         jobs = sorted((ClaimedJob(*row) for row in rows), key=_claim_order)
         for job in jobs:
             self._start(job)
+        self._touch_queues({job.queue for job in jobs})
         self._claimed_full_batch = len(jobs) == free
         return len(jobs)
+
+    def _touch_queues(self, queues: set[str]) -> None:
+        """Claims keep their queues' rows fresh for the queue cleaner, every few seconds."""
+        now = time.monotonic()
+        stale = [
+            q
+            for q in queues
+            if now - self._queues_touched_at.get(q, -TOUCH_QUEUE_SECONDS) >= TOUCH_QUEUE_SECONDS
+        ]
+        if stale:
+            self._execute_no_result(sql.TOUCH_QUEUES, {"queues": stale})
+            self._queues_touched_at.update(dict.fromkeys(stale, now))
 
     def _start(self, job: ClaimedJob) -> None:
         self._busy_slots += 1
@@ -444,6 +459,10 @@ class Worker(Loop):
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         assert self._connection is not None
         return self._connection.execute(statement, params).fetchall()
+
+    def _execute_no_result(self, statement: str, params: dict[str, Any]) -> None:
+        assert self._connection is not None
+        self._connection.execute(statement, params)
 
     def _reconnect(self, error: psycopg.OperationalError) -> None:
         logger.warning("eddyq worker %s lost its database connection: %s", self.id, error)
