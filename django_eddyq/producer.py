@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -162,17 +162,20 @@ TOUCH_QUEUE_SECONDS = 5.0
 _queues_touched_at: dict[tuple[str, str], float] = {}
 
 
-def _queues_to_touch(alias: str, specs: Sequence[JobSpec]) -> bool:
+def due_for_touch[K](touched_at: dict[K, float], keys: Iterable[K]) -> list[K]:
+    """The keys last touched at least TOUCH_QUEUE_SECONDS ago (or never), marked touched now."""
     now = time.monotonic()
-    stale = {
-        spec.queue
-        for spec in specs
-        if now - _queues_touched_at.get((alias, spec.queue), -TOUCH_QUEUE_SECONDS)
-        >= TOUCH_QUEUE_SECONDS
-    }
-    for queue in stale:
-        _queues_touched_at[(alias, queue)] = now
-    return bool(stale)
+    due = [
+        key
+        for key in set(keys)
+        if now - touched_at.get(key, -TOUCH_QUEUE_SECONDS) >= TOUCH_QUEUE_SECONDS
+    ]
+    touched_at.update(dict.fromkeys(due, now))
+    return due
+
+
+def _queues_to_touch(alias: str, specs: Sequence[JobSpec]) -> bool:
+    return bool(due_for_touch(_queues_touched_at, ((alias, spec.queue) for spec in specs)))
 
 
 def _job(alias: str, spec: JobSpec, row: tuple[Any, ...]) -> Job:
