@@ -379,15 +379,9 @@ class Worker(Loop):
 
     def _touch_queues(self, queues: set[str]) -> None:
         """Claims keep their queues' rows fresh for the queue cleaner, every few seconds."""
-        now = time.monotonic()
-        stale = [
-            q
-            for q in queues
-            if now - self._queues_touched_at.get(q, -TOUCH_QUEUE_SECONDS) >= TOUCH_QUEUE_SECONDS
-        ]
+        stale = due_for_touch(self._queues_touched_at, queues)
         if stale:
             self._execute_no_result(sql.TOUCH_QUEUES, {"queues": stale})
-            self._queues_touched_at.update(dict.fromkeys(stale, now))
 
     def _start(self, job: ClaimedJob) -> None:
         self._busy_slots += 1
