@@ -70,10 +70,11 @@ class Elector(Loop):
         return max(min(interval, self._step_down_at() - time.monotonic()), 0.0)
 
     def run_once(self, now: datetime | None = None) -> int:
-        """Campaign (or renew); returns 1 if leadership changed hands in this pass."""
-        if self._leading and time.monotonic() >= self._step_down_at():
-            self._step_down("its lease could not be renewed in time")
-            return 1
+        """Campaign (or renew); returns 1 if leadership changed hands in this pass.
+
+        A renewal that raises leaves the step-down to ``on_failure``, which steps down only
+        once the lease is nearly over.
+        """
         sent_at = time.monotonic()
         won = self._campaign()
         if won:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
+import psycopg
 import pytest
 from django.db.models.functions import Now
 from django.test import override_settings
@@ -98,21 +99,55 @@ def test_resigning_lets_a_follower_take_over_at_once(short_lease: None) -> None:
         second.on_stop()
 
 
-def test_a_leader_steps_down_before_its_lease_can_expire(short_lease: None) -> None:
+def test_a_leader_steps_down_before_its_lease_can_expire(
+    short_lease: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     service = CountingService()
     elector = Elector("slow", [service])
     try:
         elector.run_once()
         assert elector.is_leader and service.may_run()
-        # Renewals fail from now on: pretend the last good one was sent 1.6s ago, so that less
-        # than one renew interval (0.5s) of the 2s lease is left.
+
+        def database_gone() -> bool:
+            raise psycopg.OperationalError("the database is unreachable")
+
+        monkeypatch.setattr(elector, "_campaign", database_gone)
+        # A failed renewal with most of the lease left: it stays leader.
+        with pytest.raises(psycopg.OperationalError):
+            elector.run_once()
+        elector.on_failure()
+        assert elector.is_leader and elector.holds_lease()
+        # The last good renewal was sent 1.6s ago: less than one renew interval (0.5s) of the 2s
+        # lease is left, so services start no more passes, and the next failure steps down.
         elector._valid_until = time.monotonic() + 0.4
         assert not elector.holds_lease()
         assert not service.may_run()
-        assert elector.run_once() == 1
+        with pytest.raises(psycopg.OperationalError):
+            elector.run_once()
+        elector.on_failure()
         assert not elector.is_leader
     finally:
+        monkeypatch.undo()
         elector.on_stop()
+
+
+@pytest.mark.parametrize("renew", ["300ms", "500ms", "700ms"])
+def test_a_leader_keeps_its_lease_whatever_the_renewal_ratio(renew: str) -> None:
+    """Renewing at half the lease or later must not make a healthy leader flap."""
+    with override_settings(EDDYQ={"LEADER_LEASE": "1s", "LEADER_RENEW_INTERVAL": renew}):
+        elector = Elector("steady", [])
+        elector.start()
+        try:
+            wait_for(lambda: elector.is_leader, seconds=5)
+            elected_at = leader().elected_at
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                assert elector.is_leader
+                time.sleep(0.05)
+            assert leader().elected_at == elected_at
+        finally:
+            elector.stop()
+            elector.join(5)
 
 
 def test_services_run_only_on_the_leader(short_lease: None) -> None:

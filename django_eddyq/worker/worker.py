@@ -32,6 +32,7 @@ from django_eddyq.handlers import Handler, resolve
 from django_eddyq.lifecycle import Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
+from django_eddyq.producer import due_for_touch
 from django_eddyq.worker.execution import (
     ClaimedJob,
     Outcome,
