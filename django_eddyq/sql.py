@@ -257,6 +257,12 @@ WHERE name = %(name)s AND last_run_at < %(run_at)s
 
 SELECT_PERIODIC_SCHEDULES = "SELECT name, last_run_at FROM eddyq_periodic"
 
+# A day's grace: during a deploy, workers with old and new schedules take turns leading.
+FORGET_PERIODIC_SCHEDULES = f"""
+DELETE FROM eddyq_periodic
+WHERE name <> ALL(%(names)s::text[]) AND updated_at < {NOW} - interval '1 day'
+"""
+
 
 # Leader election.
 

@@ -286,3 +286,46 @@ def test_the_enqueuer_sleeps_until_the_next_run() -> None:
 
 def test_the_enqueuer_is_disabled_without_schedules() -> None:
     assert PeriodicEnqueuer().interval() is None
+
+
+@override_settings(
+    EDDYQ={
+        "PERIODIC": {
+            "emails": {
+                "task": "tests.jobs.send_email",
+                "cron": "0 * * * *",
+                "args": ["x@example.com"],
+            }
+        }
+    }
+)
+def test_a_periodic_entry_takes_its_tasks_options_as_defaults() -> None:
+    enqueuer = PeriodicEnqueuer()
+    enqueuer.run_once(now=NOW)
+    enqueuer.run_once(now=NOW + timedelta(hours=1))
+    job = Job.objects.get()
+    assert (job.queue, job.priority, job.max_attempts) == ("emails", 7, 4)
+
+
+@override_settings(
+    EDDYQ={
+        "PERIODIC": {
+            "broken": {"task": "tests.jobs.add", "cron": "not a cron"},
+            "fine": {"task": "tests.jobs.add", "cron": "0 * * * *", "args": [1, 2]},
+        }
+    }
+)
+def test_one_invalid_schedule_does_not_stop_the_others() -> None:
+    enqueuer = PeriodicEnqueuer()
+    assert enqueuer.interval() == 60.0
+    enqueuer.run_once(now=NOW)
+    assert enqueuer.run_once(now=NOW + timedelta(hours=1)) == 1
+
+
+def test_schedules_gone_from_the_configuration_are_forgotten_after_a_day() -> None:
+    PeriodicSchedule.objects.create(name="removed", last_run_at=NOW)
+    PeriodicSchedule.objects.filter(name="removed").update(updated_at=NOW)
+    PeriodicEnqueuer().run_once(now=NOW + timedelta(hours=23))
+    assert PeriodicSchedule.objects.filter(name="removed").exists()
+    PeriodicEnqueuer().run_once(now=NOW + timedelta(days=1, seconds=1))
+    assert not PeriodicSchedule.objects.filter(name="removed").exists()

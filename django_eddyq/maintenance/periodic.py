@@ -10,10 +10,17 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
+from django.utils.module_loading import import_string
 
 from django_eddyq import sql
 from django_eddyq.arguments import normalize_arguments
-from django_eddyq.base import SCHEDULED_TASKS, validate_cron, validate_priority, validate_queue_name
+from django_eddyq.base import (
+    SCHEDULED_TASKS,
+    Task,
+    validate_cron,
+    validate_priority,
+    validate_queue_name,
+)
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance.service import Service
 from django_eddyq.producer import JobSpec, default_queue, insert_jobs
@@ -51,6 +58,7 @@ class PeriodicJob:
         if not isinstance(task, str) or not task:
             raise ValueError(f'{where}["task"] must be the dotted path of a task')
         args, kwargs = options.get("args", ()), options.get("kwargs", {})
+        declared = _declared_task(task)
         try:
             normal_args, normal_kwargs = normalize_arguments(args, kwargs)  # type: ignore[arg-type]
             job = cls(
@@ -60,12 +68,18 @@ class PeriodicJob:
                 args=tuple(normal_args),
                 kwargs=normal_kwargs,
                 queue=(
-                    None
-                    if options.get("queue") is None
-                    else validate_queue_name(options.get("queue"))
+                    validate_queue_name(options["queue"])
+                    if options.get("queue") is not None
+                    else declared.queue
+                    if declared
+                    else None
                 ),
-                priority=validate_priority(options.get("priority", 0)),
+                priority=validate_priority(
+                    options.get("priority", declared.priority if declared else 0)
+                ),
                 timezone=str(options.get("timezone", "UTC")),
+                max_attempts=declared.max_attempts if declared else None,
+                retention=declared.retention if declared else None,
             )
             job.zone()
         except (TypeError, ValueError, KeyError) as error:
@@ -92,11 +106,27 @@ class PeriodicJob:
         return nxt.astimezone(UTC)
 
 
+def _declared_task(path: str) -> Task[..., Any] | None:
+    """The ``@task`` at ``path``, whose options are a schedule's defaults; None otherwise."""
+    try:
+        found = import_string(path)
+    except ImportError:
+        return None  # reported by system check E008
+    return found if isinstance(found, Task) else None
+
+
 def periodic_jobs() -> list[PeriodicJob]:
-    """Schedules from ``EDDYQ["PERIODIC"]`` and from ``@task(cron=...)`` in loaded tasks."""
-    schedules = [
-        PeriodicJob.from_setting(name, options) for name, options in eddyq_settings.PERIODIC.items()
-    ]
+    """Schedules from ``EDDYQ["PERIODIC"]`` and from ``@task(cron=...)`` in loaded tasks.
+
+    An invalid entry is logged and left out (system check E008 reports it at start-up): one
+    bad schedule must not stop the others.
+    """
+    schedules = []
+    for name, options in eddyq_settings.PERIODIC.items():
+        try:
+            schedules.append(PeriodicJob.from_setting(name, options))
+        except ValueError:
+            logger.exception("eddyq periodic: schedule %r is invalid and was skipped", name)
     schedules += [
         PeriodicJob(
             name=path,
@@ -130,11 +160,18 @@ class PeriodicEnqueuer(Service):
 
     def run_once(self, now: datetime | None = None) -> int:
         now = now or self._database_now()
+        schedules = periodic_jobs()
         enqueued = 0
         with self.cursor() as cursor:
+            # Schedules no longer configured anywhere for a while are forgotten: one added
+            # back later starts afresh, from its next run.
+            cursor.execute(
+                sql.FORGET_PERIODIC_SCHEDULES,
+                {"names": [s.name for s in schedules], "now": now},
+            )
             cursor.execute(sql.SELECT_PERIODIC_SCHEDULES)
             last_runs: dict[str, datetime] = dict(cursor.fetchall())
-        for schedule in periodic_jobs():
+        for schedule in schedules:
             due = schedule.latest_run(now)
             last = last_runs.get(schedule.name)
             if last is not None and last >= due:
