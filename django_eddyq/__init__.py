@@ -3,9 +3,20 @@
 from typing import Any
 
 from django_eddyq.base import Call, Task, task
+from django_eddyq.cancellation import cancel_requested
 from django_eddyq.exceptions import Discard, Snooze
 
-__all__ = ["Call", "Discard", "Snooze", "Task", "batch", "pause_queue", "resume_queue", "task"]
+__all__ = [
+    "Call",
+    "Discard",
+    "Snooze",
+    "Task",
+    "batch",
+    "cancel_requested",
+    "pause_queue",
+    "resume_queue",
+    "task",
+]
 
 # These touch the models, so they load on first use: importing the package (as settings and
 # tasks modules do) must work before Django's apps are ready.

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from demo.models import Execution
-from django_eddyq import Discard, Snooze, task
+from django_eddyq import Discard, Snooze, cancel_requested, task
 
 
 @task
@@ -122,6 +122,20 @@ def raises_base_exception() -> None:
 @task
 async def async_raises_base_exception() -> None:
     raise Escape("out of the loop")
+
+
+@task
+async def async_waits(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@task(max_attempts=5)
+def fails_when_cancelled() -> None:
+    """Works in small steps, checking between them whether it was cancelled."""
+    for _ in range(600):
+        if cancel_requested():
+            raise RuntimeError("stopped because cancelled")
+        time.sleep(0.05)
 
 
 def plain_function(x: int) -> int:

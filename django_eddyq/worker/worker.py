@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from datetime import datetime
 from typing import Any
@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from django_eddyq import db, sql
 from django_eddyq.base import validate_queue_name
 from django_eddyq.batches import complete_batches
+from django_eddyq.cancellation import CancelFlag, current_flag
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
 from django_eddyq.exceptions import TaskNotFound
@@ -67,7 +68,7 @@ class RunningJob:
     handler: Handler | None
     deadline: float | None  # time.monotonic() after which the attempt has timed out
     settled: bool = False  # its outcome is already decided (timed out, lost): ignore a late one
-    cancel_requested: bool = False
+    cancel: CancelFlag = dataclasses.field(default_factory=CancelFlag)
     future: Future[Outcome] | None = None  # an async handler's, to cancel it
 
 
@@ -225,7 +226,7 @@ class Worker(Loop):
             self._busy_slots -= 1
             if not running.settled:
                 running.settled = True
-                if running.cancel_requested and outcome.state != "completed":
+                if running.cancel.requested and outcome.state != "completed":
                     # Cancelled, then it raised (or snoozed): it ends cancelled, not retried.
                     outcome = cancelled(outcome)
                 self._to_write.append(outcome)
@@ -242,7 +243,7 @@ class Worker(Loop):
                 # The thread can't be killed: it keeps its slot until the handler returns.
                 running.settled = True
                 outcome = timed_out(running.job, running.handler)
-                self._to_write.append(cancelled(outcome) if running.cancel_requested else outcome)
+                self._to_write.append(cancelled(outcome) if running.cancel.requested else outcome)
 
     def _write_outcomes(self) -> int:
         if not self._to_write:
@@ -399,7 +400,7 @@ class Worker(Loop):
         if handler.is_async:
             assert self._event_loop is not None
             running.future = asyncio.run_coroutine_threadsafe(
-                run_async(job, handler), self._event_loop
+                _with_cancel_flag(running.cancel, run_async(job, handler)), self._event_loop
             )
             running.future.add_done_callback(lambda done: self._async_done(running, done))
         else:
@@ -409,7 +410,11 @@ class Worker(Loop):
     def _handler_thread(self) -> None:
         while (running := self._work.get()) is not None:
             assert running.handler is not None
-            outcome = run_sync(running.job, running.handler)
+            token = current_flag.set(running.cancel)
+            try:
+                outcome = run_sync(running.job, running.handler)
+            finally:
+                current_flag.reset(token)
             self._finished.append((running, outcome))
             self.wake()
 
@@ -429,9 +434,9 @@ class Worker(Loop):
     def _apply_cancel_requests(self) -> None:
         while self._cancel_requests:
             running = self._running.get(self._cancel_requests.popleft())
-            if running is None or running.settled or running.cancel_requested:
+            if running is None or running.settled or running.cancel.requested:
                 continue
-            running.cancel_requested = True
+            running.cancel.requested = True
             logger.info("eddyq job %s (%s): cancel requested", running.job.id, running.job.task)
             if running.future is not None:
                 running.future.cancel()
@@ -527,6 +532,11 @@ class Worker(Loop):
     @staticmethod
     def _lease_seconds() -> float:
         return eddyq_settings.STALE_AFTER.total_seconds()
+
+
+async def _with_cancel_flag(flag: CancelFlag, run: Coroutine[Any, Any, Outcome]) -> Outcome:
+    current_flag.set(flag)  # in the task's own context
+    return await run
 
 
 def _claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:
