@@ -1,46 +1,884 @@
-"""The admin: read-only inspection of jobs, batches and queues."""
+"""The admin: where an operator inspects jobs, batches and queues, and retries, cancels or pauses.
+
+Fast at any number of jobs: the job list never counts more than ``EXACT_COUNT_LIMIT`` rows (past
+that it shows an estimate), every filter reads an index or a bounded list, and nothing is
+fetched row by row. Inspection needs the view permission; every change needs the change (or
+delete) permission and goes through the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``,
+``Queue.resume``), so that no batch callback, fence or notification is skipped, and writes one
+admin log entry per object changed.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db import models, transaction
+from django.db.models import Count, Func, OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import JSONObject
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator, smart_split, unescape_string_literal
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
+from django_eddyq import inspection
 from django_eddyq.models import Batch, Job, Queue
 
+#: The most jobs (or queues) one action changes: select fewer, or filter more narrowly.
+ACTION_LIMIT = 1000
+#: The first line of the last error, in the list, is cut at this many characters.
+ERROR_LINE_CHARACTERS = 160
+TERMINAL_STATES = sorted(Job.TERMINAL_STATES)
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+if TYPE_CHECKING:
+    ModelAdminBase = admin.ModelAdmin[Any]
+else:
+    ModelAdminBase = admin.ModelAdmin
+
+
+def _json(value: Any) -> SafeString:
+    """``value`` as indented JSON, escaped, in a ``<pre>``."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return format_html('<pre class="eddyq-json">{}</pre>', text)
+
+
+def format_datetime(value: datetime) -> str:
+    """A date and time in the current time zone, as the admin shows them."""
+    return date_format(timezone.localtime(value), "DATETIME_FORMAT")
+
+
+def _badge(state: str, label: Any) -> SafeString:
+    return format_html('<span class="eddyq-state eddyq-state-{}">{}</span>', state, label)
+
+
+def _job_list_url(**params: Any) -> str:
+    url = reverse("admin:django_eddyq_job_changelist")
+    return f"{url}?{urlencode(params)}" if params else url
+
+
+class LastErrorLine(Func):
+    """The first line of the last entry of ``errors``, cut short, computed by the database:
+    the list never fetches whole tracebacks."""
+
+    template = (
+        "left(split_part((%(expressions)s -> -1) ->> 'error', chr(10), 1), "
+        f"{ERROR_LINE_CHARACTERS + 1})"
+    )
+    output_field = models.TextField()
+
+
+# Filters.
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """The queues of the queue table, where enqueues and workers keep a row for each queue in
+    use: one bounded query, never a DISTINCT over every job. A queue whose row the queue cleaner
+    has removed can still be filtered by URL (``?queue=name``)."""
+
+    title = _("queue")
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = inspection.queue_names()
+        value = self.value()
+        if value and value not in names:
+            names.append(value)
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        value = self.value()
+        return queryset.filter(queue=value) if value else queryset
+
+
+class TaskFilter(admin.SimpleListFilter):
+    """The tasks of the jobs, read off ``eddyq_jobs_task_idx`` by a skip scan: one index probe
+    per distinct task, at most ``inspection.TASK_LIMIT`` of them, never a scan of the jobs. A
+    task past that limit can still be filtered by URL (``?task=path``) or found by search."""
+
+    title = _("task")
+    parameter_name = "task"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = inspection.task_names()
+        value = self.value()
+        if value and value not in names:
+            names.append(value)
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        value = self.value()
+        return queryset.filter(task=value) if value else queryset
+
+
+class BatchFilter(admin.SimpleListFilter):
+    """The jobs of one batch (``?batch=<id>``, linked from the batch); shown only when used."""
+
+    title = _("batch")
+    parameter_name = "batch"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, str(_("batch %(id)s") % {"id": value}))] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        value = self.value()
+        if not value:
+            return queryset
+        if not value.isdigit():
+            return queryset.none()
+        return queryset.filter(batch_id=int(value))
+
+
+# The change list: estimated counts, light rows.
+
+DEFERRED_JOB_FIELDS = ("args", "kwargs", "errors", "result", "metadata")
+
+
+class JobChangeList(ChangeList):
+    """Rows without their arguments, result and tracebacks: the list shows only the first line
+    of the last error, which the database computes."""
+
+    def get_queryset(
+        self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
+    ) -> models.QuerySet[Any]:
+        queryset = super().get_queryset(request, exclude_parameters).defer(*DEFERRED_JOB_FIELDS)
+        annotated: models.QuerySet[Any] = queryset.annotate(last_error=LastErrorLine("errors"))
+        return annotated
+
+
+class EddyqAdmin(ModelAdminBase):
+    """Read-only pages: nothing is added or saved, every change is an action, and a POST by a
+    user who may not change (or delete) is refused with 403, as is one naming an action whose
+    permission the user lacks (rather than Django's "no action selected")."""
+
+    show_facets = admin.ShowFacets.NEVER  # a COUNT per filter choice over every row
+
+    @property
+    def media(self) -> forms.Media:
+        return super().media + forms.Media(css={"all": ("django_eddyq/admin.css",)})
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields: list[str] = []
+        for _name, options in self.get_fieldsets(request, obj):
+            for field in options["fields"]:
+                fields.extend(field if isinstance(field, tuple | list) else [field])
+        return fields
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and object_id is not None:
+            raise PermissionDenied  # nothing to save: changes are actions
+        extra_context = {
+            **(extra_context or {}),
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+        }
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if request.method == "POST":
+            self.check_post_permission(request)
+        return super().changelist_view(request, extra_context)
+
+    def check_post_permission(self, request: HttpRequest) -> None:
+        if not (self.has_change_permission(request) or self.has_delete_permission(request)):
+            raise PermissionDenied
+        names = request.POST.getlist("action")
+        try:
+            name = names[int(request.POST.get("index", 0))]
+        except (IndexError, ValueError):
+            return  # Django answers "no action selected"
+        permissions = getattr(getattr(type(self), name, None), "allowed_permissions", ())
+        for permission in permissions:
+            if not getattr(self, f"has_{permission}_permission")(request):
+                raise PermissionDenied
+
+    def selected(
+        self, request: HttpRequest, queryset: models.QuerySet[Any], fields: Sequence[str]
+    ) -> list[Any] | None:
+        """The objects an action works on, at most ACTION_LIMIT; None, saying so, if more."""
+        objects = list(queryset.order_by("pk").only(*fields)[: ACTION_LIMIT + 1])
+        if len(objects) > ACTION_LIMIT:
+            message = _(
+                "An action changes at most %(limit)d objects at a time: select fewer, or "
+                "filter the list more narrowly. Nothing was changed."
+            )
+            self.message_user(request, message % {"limit": ACTION_LIMIT}, messages.ERROR)
+            return None
+        return objects
+
+
+class EstimatingAdmin(EddyqAdmin):
+    """A list that never counts more than ``EXACT_COUNT_LIMIT`` rows: an estimate past that."""
+
+    paginator = inspection.EstimatingPaginator
+    show_full_result_count = False
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: models.QuerySet[Any],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> inspection.EstimatingPaginator:
+        # Unfiltered when the list selects exactly what the admin's queryset does.
+        unfiltered = queryset.query.where == self.get_queryset(request).query.where
+        return inspection.EstimatingPaginator(
+            queryset, per_page, orphans, allow_empty_first_page, unfiltered=unfiltered
+        )
+
+
+def _back_to_job(request: HttpRequest, jobs: Sequence[Job]) -> HttpResponse | None:
+    """After an action started from a job's page, back to that page."""
+    if request.POST.get("_eddyq_from_job") and len(jobs) == 1:
+        return HttpResponseRedirect(reverse("admin:django_eddyq_job_change", args=[jobs[0].pk]))
+    return None
+
+
+# Jobs.
 
 
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(EstimatingAdmin):
     list_display = (
         "id",
         "task",
         "queue",
-        "state",
-        "attempt",
-        "max_attempts",
+        "state_badge",
+        "attempts",
         "run_at",
         "finalized_at",
+        "last_error_line",
+        "retention_display",
     )
-    list_filter = ("state", "queue")
-    search_fields = ("=id", "task")
-    show_full_result_count = False
+    list_display_links = ("id",)
+    list_filter = ("state", QueueFilter, TaskFilter, BatchFilter)
+    # Shown as the search box; get_search_results does the searching.
+    search_fields = ("=id", "task", "args")
+    search_help_text = _(
+        "A job id, part of a task path, or text in the arguments. Searching the arguments "
+        "reads every job: filter first on a large table."
+    )
+    ordering = ("-id",)
+    sortable_by = ("id",)  # the only order with an index for every filter
+    list_per_page = 50
+    # delete_selected replaces the site-wide action of that name.
+    actions = ("retry_jobs", "cancel_jobs", "delete_selected")
+    change_list_template = "admin/django_eddyq/job/change_list.html"
+    change_form_template = "admin/django_eddyq/job/change_form.html"
+
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "task",
+                    "queue",
+                    "state_badge",
+                    "attempts",
+                    "priority",
+                    "batch_link",
+                    "unique_key",
+                    "created_at",
+                    "run_at",
+                    "attempted_at",
+                    "finalized_at",
+                    "retention_display",
+                )
+            },
+        ),
+        (_("Arguments"), {"fields": ("args_json", "kwargs_json")}),
+        (_("Result"), {"fields": ("result_json",)}),
+        (_("Errors, one per failed attempt, oldest first"), {"fields": ("errors_display",)}),
+        (
+            _("Lease"),
+            {
+                "fields": (
+                    "lease_display",
+                    "locked_by",
+                    "locked_until",
+                    "heartbeat_at",
+                    "cancel_requested_at",
+                )
+            },
+        ),
+        (_("Metadata"), {"fields": ("retention_json", "metadata_json")}),
+    )
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra_context = {
+            **(extra_context or {}),
+            # Read (one query per part) only as the template shows it: not on a POST.
+            "eddyq_overview": inspection.Overview(),
+            "eddyq_queue_admin": self.admin_site.is_registered(Queue),
+        }
+        return super().changelist_view(request, extra_context)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
+    ) -> tuple[models.QuerySet[Any], bool]:
+        """Every word must match: the id (a number), the task path or the arguments' JSON."""
+        queryset = queryset.alias(
+            args_text=models.functions.Cast("args", models.TextField()),
+            kwargs_text=models.functions.Cast("kwargs", models.TextField()),
+        )
+        for word in smart_split(search_term):
+            if word.startswith(('"', "'")) and word[0] == word[-1] and len(word) > 1:
+                word = unescape_string_literal(word)
+            if not word:
+                continue
+            condition = (
+                Q(task__icontains=word)
+                | Q(args_text__icontains=word)
+                | Q(kwargs_text__icontains=word)
+            )
+            if word.isdigit() and int(word) < 2**63:
+                condition |= Q(pk=int(word))
+            queryset = queryset.filter(condition)
+        return queryset, False
+
+    # Columns and fields.
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, job: Job) -> SafeString:
+        badge = _badge(job.state, job.get_state_display())
+        if job.state == Job.State.RUNNING and job.cancel_requested_at is not None:
+            return format_html("{} {}", badge, _("(cancel requested)"))
+        return badge
+
+    @admin.display(description=_("attempt"))
+    def attempts(self, job: Job) -> str:
+        return f"{job.attempt} / {job.max_attempts}"
+
+    @admin.display(description=_("last error"))
+    def last_error_line(self, job: Job) -> str:
+        line = getattr(job, "last_error", None)
+        if line is None and "errors" not in job.get_deferred_fields():
+            line = self._last_error_of(job)
+        return Truncator(line).chars(ERROR_LINE_CHARACTERS) if line else ""
+
+    @staticmethod
+    def _last_error_of(job: Job) -> str | None:
+        if not job.errors or not isinstance(job.errors[-1], dict):
+            return None
+        error = job.errors[-1].get("error")
+        return str(error).split("\n", 1)[0] if error is not None else None
+
+    @admin.display(description=_("deleted by retention"))
+    def retention_display(self, job: Job) -> str:
+        if not job.is_terminal:
+            return "—"
+        deadline = inspection.job_retention_deadline(job)
+        return str(_("kept forever")) if deadline is None else format_datetime(deadline)
+
+    @admin.display(description=_("batch"))
+    def batch_link(self, job: Job) -> SafeString | str:
+        if job.batch_id is None:
+            return "—"
+        url = reverse("admin:django_eddyq_batch_change", args=[job.batch_id])
+        return format_html('<a href="{}">{}</a>', url, _("batch %(id)s") % {"id": job.batch_id})
+
+    @admin.display(description=_("positional arguments"))
+    def args_json(self, job: Job) -> SafeString:
+        return _json(job.args)
+
+    @admin.display(description=_("keyword arguments"))
+    def kwargs_json(self, job: Job) -> SafeString:
+        return _json(job.kwargs)
+
+    @admin.display(description=_("result"))
+    def result_json(self, job: Job) -> SafeString:
+        return _json(job.result)
+
+    @admin.display(description=_("retention override"))
+    def retention_json(self, job: Job) -> SafeString:
+        return _json(job.retention)
+
+    @admin.display(description=_("metadata"))
+    def metadata_json(self, job: Job) -> SafeString:
+        return _json(job.metadata)
+
+    @admin.display(description=_("errors"))
+    def errors_display(self, job: Job) -> SafeString | str:
+        if not job.errors:
+            return str(_("No errors."))
+        items = []
+        for number, entry in enumerate(job.errors, start=1):
+            if not isinstance(entry, dict):
+                items.append(format_html("<li>{}</li>", _json(entry)))
+                continue
+            heading = format_html(
+                '<div class="eddyq-error-heading">{} {} · {} · <strong>{}</strong>{}</div>',
+                _("Attempt"),
+                entry.get("attempt", number),
+                entry.get("at", "?"),
+                entry.get("error", ""),
+                format_html(" · {} {}", _("rescued from"), entry["rescued_from"])
+                if entry.get("rescued_from")
+                else "",
+            )
+            traceback = entry.get("traceback") or ""
+            body = (
+                format_html('<pre class="eddyq-traceback">{}</pre>', traceback)
+                if traceback
+                else format_html('<p class="eddyq-no-traceback">{}</p>', _("No traceback."))
+            )
+            items.append(format_html("<li>{}{}</li>", heading, body))
+        return format_html(
+            '<ol class="eddyq-errors">{}</ol>', format_html_join("", "{}", ((i,) for i in items))
+        )
+
+    @admin.display(description=_("lease"))
+    def lease_display(self, job: Job) -> str:
+        if job.state != Job.State.RUNNING:
+            return str(_("Not running: no lease."))
+        if job.locked_until is None:
+            return str(_("Running without a lease."))
+        lease = _("Leased to %(worker)s until %(until)s") % {
+            "worker": job.locked_by or "?",
+            "until": format_datetime(job.locked_until),
+        }
+        if job.locked_until < timezone.now():
+            lease = _("%(lease)s: expired, the rescuer takes it back") % {"lease": lease}
+        if job.heartbeat_at is not None:
+            lease = _("%(lease)s; last heartbeat %(at)s") % {
+                "lease": lease,
+                "at": format_datetime(job.heartbeat_at),
+            }
+        return str(lease)
+
+    # Permissions.
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Only ended jobs can be deleted, as retention would: cancel the others first. A job
+        deleted while it runs would go on running, its worker's outcome written nowhere."""
+        if obj is not None and not obj.is_terminal:
+            return False
+        allowed: bool = super().has_delete_permission(request, obj)
+        return allowed
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        # Only if it has still ended now (it may have been retried meanwhile).
+        Job.all_objects.filter(pk=obj.pk, state__in=TERMINAL_STATES).delete()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra_context = {
+            **(extra_context or {}),
+            "eddyq_can_change": self.has_change_permission(request),
+            "eddyq_changelist_url": reverse("admin:django_eddyq_job_changelist"),
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # Actions.
+
+    @admin.action(permissions=["change"], description=_("Retry selected jobs now"))
+    def retry_jobs(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        jobs = self.selected(request, queryset, ("id", "task", "state"))
+        if jobs is None:
+            return None
+        retried, left, completed = [], [], []
+        for job in jobs:
+            before = job.state
+            try:
+                changed = job.retry()
+            except ValueError:
+                completed.append(job)
+                continue
+            if changed:
+                retried.append(job)
+                self.log_change(request, job, f"Retried: {before} → {job.state}")
+            else:
+                left.append(job)
+        if retried:
+            self._report(request, messages.SUCCESS, retried, "Retried %(ids)s: available now.")
+        if left:
+            self._report(
+                request,
+                messages.WARNING,
+                left,
+                "Left %(ids)s alone: already available or running.",
+            )
+        if completed:
+            self._report(
+                request, messages.ERROR, completed, "%(ids)s completed: cannot be retried."
+            )
+        return _back_to_job(request, jobs)
+
+    @admin.action(permissions=["change"], description=_("Cancel selected jobs"))
+    def cancel_jobs(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        jobs = self.selected(request, queryset, ("id", "task", "state"))
+        if jobs is None:
+            return None
+        cancelled, requested, left = [], [], []
+        for job in jobs:
+            before = job.state
+            if not job.cancel():
+                left.append(job)
+            elif job.state == Job.State.RUNNING:
+                requested.append(job)
+                self.log_change(request, job, "Cancel requested: its worker stops it")
+            else:
+                cancelled.append(job)
+                self.log_change(request, job, f"Cancelled: {before} → {job.state}")
+        if cancelled:
+            self._report(request, messages.SUCCESS, cancelled, "Cancelled %(ids)s.")
+        if requested:
+            self._report(
+                request,
+                messages.SUCCESS,
+                requested,
+                "Asked the workers of %(ids)s to stop: running, they end cancelled unless "
+                "they finish first.",
+            )
+        if left:
+            self._report(
+                request,
+                messages.WARNING,
+                left,
+                "Left %(ids)s alone: already ended, or already being cancelled.",
+            )
+        return _back_to_job(request, jobs)
+
+    @admin.action(permissions=["delete"], description=_("Delete selected ended jobs"))
+    def delete_selected(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        """Deletes completed, failed and cancelled jobs, after a confirmation page; refuses
+        the others (cancel them first), as deleting a job a worker runs would not stop it."""
+        jobs = self.selected(request, queryset, ("id", "task", "state"))
+        if jobs is None:
+            return None
+        ended = [job for job in jobs if job.is_terminal]
+        unfinished = [job for job in jobs if not job.is_terminal]
+        if unfinished:
+            self._report(
+                request,
+                messages.WARNING,
+                unfinished,
+                "Not deleting %(ids)s: they have not ended. Cancel them first.",
+            )
+        if not ended:
+            return None
+        if request.POST.get("post") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": _("Delete jobs?"),
+                "opts": self.opts,
+                "jobs": ended,
+                "action": "delete_selected",
+                "action_checkbox_name": ACTION_CHECKBOX_NAME,
+                "media": self.media,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(
+                request, "admin/django_eddyq/job/delete_jobs_confirmation.html", context
+            )
+        with transaction.atomic(using=queryset.db):
+            # Locked, and only those still ended: one may have been retried meanwhile.
+            locked = (
+                Job.objects.using(queryset.db)
+                .filter(pk__in=[job.pk for job in ended], state__in=TERMINAL_STATES)
+                .select_for_update()
+                .only("id", "task", "state")
+                .order_by("pk")
+            )
+            doomed = list(locked)  # the log entries below read the same evaluated queryset
+            if doomed:
+                self.log_deletions(request, locked)
+                Job.all_objects.using(queryset.db).filter(pk__in=[j.pk for j in doomed]).delete()
+        if doomed:
+            self._report(request, messages.SUCCESS, doomed, "Deleted %(ids)s.")
+        return None
+
+    def _report(
+        self, request: HttpRequest, level: int, objects: Sequence[Any], template: str
+    ) -> None:
+        ids = ", ".join(f"#{obj.pk}" for obj in objects[:20])
+        if len(objects) > 20:
+            ids += f" and {len(objects) - 20} more"
+        noun = ngettext("job", "jobs", len(objects))
+        self.message_user(request, template % {"ids": f"{noun} {ids}"}, level)
+
+
+# Batches.
+
+
+def _job_counts() -> Subquery:
+    """The counts of a batch's visible jobs per state, as one JSON object: one index scan of
+    its jobs (eddyq_jobs_batch_idx)."""
+    counts = {state: Count("pk", filter=Q(state=state)) for state in Job.State.values}
+    return Subquery(
+        Job.objects.filter(batch=OuterRef("pk"))
+        .order_by()
+        .values("batch")
+        .annotate(counts=JSONObject(**counts))
+        .values("counts")
+    )
+
+
+def _counts_badges(counts: dict[str, int] | None, batch_id: int) -> SafeString | str:
+    if not counts or not any(counts.values()):
+        return str(_("no jobs"))
+    labels = dict(Job.State.choices)
+    return format_html_join(
+        " ",
+        '<a href="{}">{}</a>',
+        (
+            (
+                _job_list_url(batch=batch_id, state__exact=state),
+                _badge(state, f"{labels[state]} {n}"),
+            )
+            for state, n in counts.items()
+            if n
+        ),
+    )
 
 
 @admin.register(Batch)
-class BatchAdmin(ReadOnlyAdmin):
-    list_display = ("id", "state", "callback_task", "created_at", "finalized_at")
+class BatchAdmin(EstimatingAdmin):
+    list_display = (
+        "id",
+        "state_badge",
+        "sealed",
+        "callback_task",
+        "job_counts",
+        "created_at",
+        "finalized_at",
+        "jobs_link",
+    )
     list_filter = ("state",)
+    search_fields = ("=id", "callback_task")
+    ordering = ("-id",)
+    sortable_by = ("id",)
+    actions = None
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "state_badge",
+                    "sealed",
+                    "job_counts",
+                    "jobs_link",
+                    "created_at",
+                    "finalized_at",
+                )
+            },
+        ),
+        (
+            _("Callback"),
+            {
+                "fields": (
+                    "callback_task",
+                    "callback_args_json",
+                    "callback_kwargs_json",
+                    "callback_job_link",
+                )
+            },
+        ),
+        (_("Metadata"), {"fields": ("metadata_json",)}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
+        queryset: models.QuerySet[Any] = (
+            super().get_queryset(request).annotate(counts_by_state=_job_counts())
+        )
+        return queryset
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # retention deletes batches; deleting a pending one would lose its callback
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, batch: Batch) -> SafeString:
+        return _badge(batch.state, batch.get_state_display())
+
+    @admin.display(description=_("jobs per state"))
+    def job_counts(self, batch: Batch) -> SafeString | str:
+        return _counts_badges(getattr(batch, "counts_by_state", None), batch.pk)
+
+    @admin.display(description=_("jobs"))
+    def jobs_link(self, batch: Batch) -> SafeString:
+        return format_html('<a href="{}">{}</a>', _job_list_url(batch=batch.pk), _("its jobs"))
+
+    @admin.display(description=_("callback arguments"))
+    def callback_args_json(self, batch: Batch) -> SafeString:
+        return _json(batch.callback_args)
+
+    @admin.display(description=_("callback keyword arguments"))
+    def callback_kwargs_json(self, batch: Batch) -> SafeString:
+        return _json(batch.callback_kwargs)
+
+    @admin.display(description=_("callback job"))
+    def callback_job_link(self, batch: Batch) -> SafeString | str:
+        if batch.callback_job is None:
+            return "—"
+        url = reverse("admin:django_eddyq_job_change", args=[batch.callback_job])
+        return format_html('<a href="{}">#{}</a>', url, batch.callback_job)
+
+    @admin.display(description=_("metadata"))
+    def metadata_json(self, batch: Batch) -> SafeString:
+        return _json(batch.metadata)
+
+
+# Queues.
+
+_QUEUE_AVAILABLE = RawSQL(
+    "SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job WHERE job.state = 'available'"
+    " AND job.queue = eddyq_queues.name LIMIT %s) AS available",
+    (inspection.EXACT_COUNT_LIMIT + 1,),
+    output_field=models.IntegerField(),
+)
+_QUEUE_RUNNING = RawSQL(
+    "SELECT count(*) FROM eddyq_jobs AS job WHERE job.state = 'running'"
+    " AND job.queue = eddyq_queues.name",
+    (),
+    output_field=models.IntegerField(),
+)
 
 
 @admin.register(Queue)
-class QueueAdmin(ReadOnlyAdmin):
-    list_display = ("name", "paused_at", "updated_at")
+class QueueAdmin(EddyqAdmin):
+    list_display = ("name", "paused", "available", "running", "updated_at", "jobs_link")
+    list_filter = (("paused_at", admin.EmptyFieldListFilter),)
+    search_fields = ("name",)
+    actions = ("pause_queues", "resume_queues")
+    show_facets = admin.ShowFacets.NEVER
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "name",
+                    "paused",
+                    "paused_at",
+                    "available",
+                    "running",
+                    "jobs_link",
+                    "created_at",
+                    "updated_at",
+                    "metadata_json",
+                )
+            },
+        ),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
+        queryset: models.QuerySet[Any] = (
+            super()
+            .get_queryset(request)
+            .annotate(available_count=_QUEUE_AVAILABLE, running_count=_QUEUE_RUNNING)
+        )
+        return queryset
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleting a paused queue's row would resume it; the queue cleaner tidies
+
+    @admin.display(description=_("paused"), ordering="paused_at")
+    def paused(self, queue: Queue) -> SafeString:
+        if queue.paused_at is None:
+            return format_html('<span class="eddyq-queue-active">{}</span>', _("no"))
+        return format_html(
+            '<span class="eddyq-queue-paused">{}</span>',
+            _("paused since %(at)s") % {"at": format_datetime(queue.paused_at)},
+        )
+
+    @admin.display(description=_("available jobs"))
+    def available(self, queue: Queue) -> str:
+        count = getattr(queue, "available_count", 0)
+        if count > inspection.EXACT_COUNT_LIMIT:
+            return f"{inspection.EXACT_COUNT_LIMIT:,}+"
+        return f"{count:,}"
+
+    @admin.display(description=_("running jobs"))
+    def running(self, queue: Queue) -> str:
+        return f"{getattr(queue, 'running_count', 0):,}"
+
+    @admin.display(description=_("jobs"))
+    def jobs_link(self, queue: Queue) -> SafeString:
+        return format_html('<a href="{}">{}</a>', _job_list_url(queue=queue.name), _("its jobs"))
+
+    @admin.display(description=_("metadata"))
+    def metadata_json(self, queue: Queue) -> SafeString:
+        return _json(queue.metadata)
+
+    def _set_paused(
+        self,
+        request: HttpRequest,
+        queryset: models.QuerySet[Any],
+        method: Callable[[Queue], Queue],
+        *,
+        paused: bool,
+    ) -> None:
+        queues = self.selected(request, queryset, ("name", "paused_at"))
+        if queues is None:
+            return
+        changed = []
+        for queue in queues:
+            if queue.is_paused == paused:
+                continue
+            method(queue)
+            changed.append(queue)
+            self.log_change(request, queue, "Paused" if paused else "Resumed")
+        verb = _("Paused") if paused else _("Resumed")
+        names = ", ".join(queue.name for queue in changed)
+        if changed:
+            self.message_user(request, f"{verb}: {names}.", messages.SUCCESS)
+        unchanged = len(queues) - len(changed)
+        if unchanged:
+            state = _("paused") if paused else _("running")
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d queue was already %(state)s.",
+                    "%(count)d queues were already %(state)s.",
+                    unchanged,
+                )
+                % {"count": unchanged, "state": state},
+                messages.WARNING,
+            )
+
+    @admin.action(permissions=["change"], description=_("Pause selected queues"))
+    def pause_queues(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
+        self._set_paused(request, queryset, Queue.pause, paused=True)
+
+    @admin.action(permissions=["change"], description=_("Resume selected queues"))
+    def resume_queues(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
+        self._set_paused(request, queryset, Queue.resume, paused=False)

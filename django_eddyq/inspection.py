@@ -1,0 +1,401 @@
+"""Cheap reads for the admin: bounded counts, estimates, the queue overview, retention deadlines.
+
+Nothing here reads more rows than a bounded number, however many jobs there are: a count stops
+at ``EXACT_COUNT_LIMIT`` and past that becomes an estimate, from the planner's statistics;
+queue names come from the queue table and task paths from a skip scan of their index, never from
+a scan of every job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, cast
+
+from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
+from django.db import connections, models
+from django.db.models.functions import Now
+
+from django_eddyq.base import RETAINED_STATES
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.election import ELECTION
+from django_eddyq.managers import Retention, bounded_period
+from django_eddyq.models import Job, Leader, Queue
+
+if TYPE_CHECKING:
+    PaginatorBase = Paginator[Any]
+else:
+    PaginatorBase = Paginator
+
+#: Counts stop here: a count of more rows is an estimate (shown as "about N").
+EXACT_COUNT_LIMIT = 10_000
+#: Queues listed by the overview and the queue filter, at most.
+QUEUE_LIMIT = 100
+#: Tasks listed by the task filter, at most.
+TASK_LIMIT = 100
+
+
+# Counts and estimates.
+
+
+def bounded_count(queryset: models.QuerySet[Any], limit: int) -> int:
+    """How many rows ``queryset`` selects, reading at most ``limit + 1`` of them.
+
+    The answer is exact up to ``limit``; ``limit + 1`` means "more than ``limit``".
+    """
+    return queryset.order_by().values("pk")[: limit + 1].count()
+
+
+def table_estimate(model: type[models.Model], using: str) -> int | None:
+    """The planner's estimate of the rows of ``model``'s table (``pg_class.reltuples``), or
+    None if the table has never been vacuumed or analyzed."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+            [model._meta.db_table],
+        )
+        row = cursor.fetchone()
+    if row is None or row[0] is None or row[0] < 0:
+        return None
+    return int(row[0])
+
+
+def planner_estimate(queryset: models.QuerySet[Any]) -> int | None:
+    """The planner's estimate of the rows ``queryset`` selects (``EXPLAIN``), or None."""
+    try:
+        plan = json.loads(queryset.order_by().explain(format="json"))
+        return int(plan[0]["Plan"]["Plan Rows"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+class EstimatingPaginator(PaginatorBase):
+    """A paginator that never counts more than ``exact_limit`` rows.
+
+    Up to ``exact_limit`` rows it counts exactly (``is_estimate`` False). Past it, ``count``
+    is an estimate: ``pg_class.reltuples`` for an unfiltered list, the planner's ``EXPLAIN``
+    estimate for a filtered one, never less than ``exact_limit + 1``. Then pages past the
+    estimated end are empty rather than errors, and the page links end a few pages after the
+    current one instead of at a last page that would need an ``OFFSET`` through the table.
+    """
+
+    exact_limit = EXACT_COUNT_LIMIT
+
+    def __init__(
+        self,
+        object_list: models.QuerySet[Any],
+        per_page: int | str,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+        *,
+        unfiltered: bool = False,
+    ) -> None:
+        super().__init__(object_list, per_page, orphans, allow_empty_first_page)
+        self.unfiltered = unfiltered
+        self.is_estimate = False
+
+    @cached_property
+    def count(self) -> int:
+        queryset = cast(models.QuerySet[Any], self.object_list)
+        exact = bounded_count(queryset, self.exact_limit)
+        if exact <= self.exact_limit:
+            return exact
+        self.is_estimate = True
+        if self.unfiltered:
+            estimate = table_estimate(queryset.model, queryset.db)
+        else:
+            estimate = planner_estimate(queryset)
+        return max(estimate or 0, exact)
+
+    def validate_number(self, number: int | float | str) -> int:
+        if not self.count or not self.is_estimate:
+            valid: int = super().validate_number(number)
+            return valid
+        # Past the estimated end is an empty page, not an error.
+        try:
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            number = int(number)
+        except (TypeError, ValueError):
+            raise PageNotAnInteger(self.error_messages["invalid_page"]) from None
+        if number < 1:
+            raise EmptyPage(self.error_messages["min_page"])
+        return int(number)
+
+    def page(self, number: int | str) -> Page[Any]:
+        valid = self.validate_number(number)
+        if not self.is_estimate:
+            return super().page(valid)
+        bottom = (valid - 1) * self.per_page
+        return Page(self.object_list[bottom : bottom + self.per_page], valid, self)
+
+    def get_elided_page_range(
+        self, number: int | float | str = 1, *, on_each_side: int = 3, on_ends: int = 2
+    ) -> Iterator[str | int]:
+        if not self.is_estimate:
+            yield from super().get_elided_page_range(
+                number, on_each_side=on_each_side, on_ends=on_ends
+            )
+            return
+        current = self.validate_number(number)
+        ellipsis = cast(str, self.ELLIPSIS)
+        last = current + on_each_side
+        if current > on_each_side + on_ends + 1:
+            yield from range(1, on_ends + 1)
+            yield ellipsis
+            yield from range(current - on_each_side, last + 1)
+        else:
+            yield from range(1, last + 1)
+        yield ellipsis
+
+
+# Retention deadlines.
+
+
+def _names_state(override: Any, state: str) -> bool:
+    """PostgreSQL's ``override ? state``: a key of an object, a string of an array, the string."""
+    if isinstance(override, dict):
+        return state in override
+    if isinstance(override, list):
+        return any(isinstance(item, str) and item == state for item in override)
+    return isinstance(override, str) and override == state
+
+
+def retention_deadline(
+    state: str, finalized_at: datetime | None, override: Any, retention: Retention | None = None
+) -> datetime | None:
+    """When the cleaner deletes (and ``Job.objects`` starts hiding) a job in terminal ``state``
+    finalized at ``finalized_at`` with ``Job.retention`` ``override``; None: never.
+
+    The rule of ``managers.job_expiries``, in Python: an override naming the state decides
+    (a number of seconds, anything else keeps forever), else ``RETENTION[state]``. A job with
+    no ``finalized_at`` is never deleted. The job expires at the deadline itself.
+    """
+    if state not in RETAINED_STATES:
+        raise ValueError(f"{state!r} is not a terminal state: no retention applies")
+    if finalized_at is None:
+        return None
+    try:
+        if _names_state(override, state):
+            seconds = override.get(state) if isinstance(override, dict) else None
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                return None
+            return finalized_at + timedelta(seconds=seconds)
+        if retention is None:
+            retention = eddyq_settings.RETENTION
+        period = bounded_period(retention.get(state))
+        return None if period is None else finalized_at + period
+    except OverflowError:  # past the year 9999: as good as forever
+        return None
+
+
+def job_retention_deadline(job: Job, retention: Retention | None = None) -> datetime | None:
+    """``retention_deadline`` of a terminal ``job``."""
+    return retention_deadline(job.state, job.finalized_at, job.retention, retention)
+
+
+# The overview above the job list.
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count that is exact up to its limit, and past it an estimate (or just "more")."""
+
+    value: int
+    estimated: bool = False
+    more_than: bool = False  # past the limit, with no estimate to give
+
+    def __str__(self) -> str:
+        if self.more_than:
+            return f"{self.value:,}+"
+        if self.estimated:
+            return f"≈ {self.value:,}"
+        return f"{self.value:,}"
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: str
+    label: str
+    count: Count
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    name: str
+    paused_at: datetime | None
+    available: Count
+    running: int
+
+    @property
+    def is_paused(self) -> bool:
+        return self.paused_at is not None
+
+
+@dataclass(frozen=True)
+class LeaderStatus:
+    leader_id: str
+    elected_at: datetime
+    expires_at: datetime
+    active: bool
+
+
+# The queues of the queue table (enqueues and workers keep a row for every queue in use), with
+# their available jobs counted up to a limit along eddyq_jobs_queue_claim_idx and their running
+# jobs along eddyq_jobs_lease_idx (no more than the fleet runs at once).
+QUEUE_OVERVIEW = """
+SELECT queue.name, queue.paused_at,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                              WHERE job.state = 'available' AND job.queue = queue.name
+                              LIMIT %(count_limit)s + 1) AS available),
+       (SELECT count(*) FROM eddyq_jobs AS job
+        WHERE job.state = 'running' AND job.queue = queue.name)
+FROM eddyq_queues AS queue
+ORDER BY queue.name
+LIMIT %(limit)s
+"""
+
+# The planner's statistics of eddyq_jobs.state: its most common values, their frequencies,
+# and the table's estimated rows.
+STATE_STATISTICS = """
+SELECT stats.most_common_vals::text::text[], stats.most_common_freqs, class.reltuples
+FROM pg_class AS class
+JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+LEFT JOIN pg_stats AS stats
+  ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
+ AND stats.attname = 'state'
+WHERE class.oid = to_regclass('eddyq_jobs')
+"""
+
+
+def _capped_count_sql(queryset: models.QuerySet[Any], limit: int) -> tuple[str, tuple[Any, ...]]:
+    inner = queryset.order_by().values("pk")[: limit + 1]
+    sql, params = inner.query.get_compiler(using=queryset.db).as_sql()
+    return f"(SELECT count(*) FROM ({sql}) AS capped)", tuple(params)
+
+
+def queue_names(using: str | None = None, limit: int = QUEUE_LIMIT) -> list[str]:
+    """The names of the queues of the queue table, sorted, at most ``limit``."""
+    queues = Queue.objects.using(using or eddyq_settings.DATABASE).order_by("name")
+    return list(queues.values_list("name", flat=True)[:limit])
+
+
+# The distinct tasks of the jobs by a skip scan of eddyq_jobs_task_idx: each step one index probe
+# for the next task after the previous one; the LIMIT stops the recursion.
+TASK_NAMES = """
+WITH RECURSIVE tasks(task) AS (
+    (SELECT task FROM eddyq_jobs ORDER BY task LIMIT 1)
+    UNION ALL
+    SELECT (SELECT job.task FROM eddyq_jobs AS job
+            WHERE job.task > previous.task ORDER BY job.task LIMIT 1)
+    FROM tasks AS previous
+    WHERE previous.task IS NOT NULL
+)
+SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
+"""
+
+
+def task_names(using: str | None = None, limit: int = TASK_LIMIT) -> list[str]:
+    """The first ``limit`` task paths of the jobs (expired ones included), sorted."""
+    with connections[using or eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(TASK_NAMES, {"limit": limit})
+        return [name for (name,) in cursor.fetchall()]
+
+
+class Overview:
+    """What the job list shows above itself: counts per state and per queue, stuck jobs and the
+    maintenance leader. Each part is one query, run when first read."""
+
+    def __init__(self, using: str | None = None, count_limit: int = EXACT_COUNT_LIMIT) -> None:
+        self.using = using or eddyq_settings.DATABASE
+        self.count_limit = count_limit
+
+    @cached_property
+    def _state_counts(self) -> tuple[dict[str, int], int]:
+        """Capped counts of visible jobs per state, and of running jobs past their lease, in
+        one query of one index scan each."""
+        jobs = Job.objects.using(self.using)
+        parts = [
+            _capped_count_sql(jobs.filter(state=state), self.count_limit) for state in Job.State
+        ]
+        parts.append(
+            _capped_count_sql(
+                jobs.filter(state=Job.State.RUNNING, locked_until__lt=Now()), self.count_limit
+            )
+        )
+        sql = "SELECT " + ", ".join(part for part, _ in parts)
+        params = tuple(param for _, part_params in parts for param in part_params)
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        counts = dict(zip(Job.State.values, row[:-1], strict=True))
+        return counts, row[-1]
+
+    def _state_estimates(self) -> dict[str, int]:
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(STATE_STATISTICS)
+            row = cursor.fetchone()
+        if row is None or row[0] is None or row[1] is None or not row[2] or row[2] < 0:
+            return {}
+        values, frequencies, rows = row
+        return {
+            value: round(frequency * rows)
+            for value, frequency in zip(values, frequencies, strict=False)
+        }
+
+    def _count(self, exact: int, estimates: Mapping[str, int] | None, key: str) -> Count:
+        if exact <= self.count_limit:
+            return Count(exact)
+        estimate = (estimates or {}).get(key)
+        if estimate is None or estimate <= self.count_limit:
+            return Count(self.count_limit, more_than=True)
+        return Count(estimate, estimated=True)
+
+    @cached_property
+    def states(self) -> list[StateCount]:
+        counts, _stuck = self._state_counts
+        estimates = self._state_estimates() if max(counts.values()) > self.count_limit else None
+        return [
+            StateCount(state.value, str(state.label), self._count(counts[state], estimates, state))
+            for state in Job.State
+        ]
+
+    @cached_property
+    def stuck(self) -> Count:
+        """Running jobs whose lease has passed: the rescuer takes them back, if it runs."""
+        return self._count(self._state_counts[1], None, "")
+
+    @cached_property
+    def queues(self) -> list[QueueStatus]:
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(
+                QUEUE_OVERVIEW,
+                {"limit": QUEUE_LIMIT, "count_limit": self.count_limit},
+            )
+            rows = cursor.fetchall()
+        return [
+            QueueStatus(name, paused_at, self._count(available, None, ""), running)
+            for name, paused_at, available, running in rows
+        ]
+
+    @cached_property
+    def leader(self) -> LeaderStatus | None:
+        """The maintenance leader, if one was ever elected; ``active`` while its lease holds."""
+        row = (
+            Leader.objects.using(self.using)
+            .filter(name=ELECTION)
+            .exclude(leader_id="")
+            .annotate(
+                active=models.ExpressionWrapper(
+                    models.Q(expires_at__gt=Now()), output_field=models.BooleanField()
+                )
+            )
+            .values_list("leader_id", "elected_at", "expires_at", "active")
+            .first()
+        )
+        if row is None:
+            return None
+        return LeaderStatus(*row)

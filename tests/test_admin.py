@@ -1,0 +1,823 @@
+"""The admin, through Django's test client: permissions, filters, actions, escaping, query counts.
+
+The admin must stay fast at a million jobs; here that shows as query counts that do not grow
+with the rows, counts that stop at a limit and become estimates, and filters whose choices come
+from bounded queries. ``benchmarks/admin_changelist.py`` times the real thing.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_eddyq import inspection
+from django_eddyq.admin import format_datetime
+from django_eddyq.election import ELECTION
+from django_eddyq.maintenance.cleaner import Cleaner
+from django_eddyq.models import Batch, Job, Leader, Queue
+from tests.factories import BatchFactory, JobFactory, QueueFactory
+
+pytestmark = pytest.mark.django_db
+
+JOBS = reverse("admin:django_eddyq_job_changelist")
+BATCHES = reverse("admin:django_eddyq_batch_changelist")
+QUEUES = reverse("admin:django_eddyq_queue_changelist")
+MICROSECOND = timedelta(microseconds=1)
+
+
+def job_url(job: Job) -> str:
+    return reverse("admin:django_eddyq_job_change", args=[job.pk])
+
+
+def staff_client(*codenames: str) -> Client:
+    user = User.objects.create_user(f"staff-{len(codenames)}-{'-'.join(codenames)}", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_eddyq", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def viewer() -> Client:
+    return staff_client("view_job", "view_batch", "view_queue")
+
+
+@pytest.fixture
+def changer() -> Client:
+    return staff_client("view_job", "change_job", "view_queue", "change_queue")
+
+
+@pytest.fixture
+def deleter() -> Client:
+    return staff_client("view_job", "delete_job")
+
+
+@pytest.fixture
+def superuser(admin_client: Client) -> Client:
+    return admin_client
+
+
+def failed_job(**fields: Any) -> Job:
+    job: Job = JobFactory(failed=True, **fields)
+    return job
+
+
+def action(client: Client, name: str, jobs: list[Any], url: str = JOBS, **extra: str) -> Any:
+    data = {"action": name, "index": "0", "_selected_action": [str(j.pk) for j in jobs], **extra}
+    return client.post(url, data)
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in response.context["messages"]] if response.context else []
+
+
+def ids_listed(response: Any) -> list[int]:
+    return [job.pk for job in response.context["cl"].result_list]
+
+
+# Permissions.
+
+
+def test_staff_without_permissions_gets_403() -> None:
+    client = staff_client()
+    job = failed_job()
+    for url in (JOBS, job_url(job), BATCHES, QUEUES):
+        assert client.get(url).status_code == 403
+    assert action(client, "retry_jobs", [job]).status_code == 403
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+
+
+def test_view_permission_inspects_but_cannot_act(viewer: Client) -> None:
+    job = failed_job()
+    response = viewer.get(JOBS)
+    assert response.status_code == 200
+    assert ids_listed(response) == [job.pk]
+    assert "retry_jobs" not in response.content.decode()
+    detail = viewer.get(job_url(job))
+    assert detail.status_code == 200
+    assert b"ValueError: boom" in detail.content
+    assert b"Retry now" not in detail.content
+    assert b'name="_save"' not in detail.content
+
+    for name in ("retry_jobs", "cancel_jobs", "delete_selected"):
+        assert action(viewer, name, [job]).status_code == 403
+    assert viewer.post(job_url(job), {"state": "available"}).status_code == 403
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert not LogEntry.objects.exists()
+
+
+def test_view_permission_cannot_pause_queues(viewer: Client) -> None:
+    queue = QueueFactory(name="emails")
+    assert viewer.get(QUEUES).status_code == 200
+    assert action(viewer, "pause_queues", [queue], url=QUEUES).status_code == 403
+    queue.refresh_from_db()
+    assert not queue.is_paused
+
+
+def test_change_permission_does_not_delete(changer: Client) -> None:
+    job = failed_job()
+    assert "delete_selected" not in changer.get(JOBS).content.decode()
+    assert action(changer, "delete_selected", [job]).status_code == 403
+    assert Job.objects.filter(pk=job.pk).exists()
+
+
+def test_the_detail_page_saves_nothing_even_with_change_permission(changer: Client) -> None:
+    job = failed_job()
+    detail = changer.get(job_url(job))
+    assert b'name="_save"' not in detail.content
+    assert b"Retry now" in detail.content
+    assert changer.post(job_url(job), {"task": "other"}).status_code == 403
+    assert Job.objects.get(pk=job.pk).task == job.task
+
+
+def test_nothing_can_be_added(superuser: Client) -> None:
+    for model in ("job", "batch", "queue"):
+        assert superuser.get(reverse(f"admin:django_eddyq_{model}_add")).status_code == 403
+
+
+# The list: columns, filters, search, order.
+
+
+def test_columns(superuser: Client) -> None:
+    job = failed_job(queue="emails", max_attempts=3)
+    running = JobFactory(state=Job.State.RUNNING, attempt=2)
+    html = superuser.get(JOBS).content.decode()
+    assert 'class="eddyq-state eddyq-state-failed"' in html
+    assert 'class="eddyq-state eddyq-state-running"' in html
+    assert "1 / 3" in html
+    assert "2 / 25" in html
+    assert "ValueError: boom" in html
+    assert "Traceback" not in html  # only the first line of the last error
+    assert job.task in html
+    assert running.pk in ids_listed(superuser.get(JOBS))
+
+
+def test_newest_first_and_only_by_id(superuser: Client) -> None:
+    jobs = [JobFactory() for _ in range(3)]
+    assert ids_listed(superuser.get(JOBS)) == [job.pk for job in reversed(jobs)]
+    # Sorting by a column without an index is not offered.
+    html = superuser.get(JOBS).content.decode()
+    assert html.count('class="sortable') == 1
+
+
+def test_state_filter(superuser: Client) -> None:
+    failed = failed_job()
+    JobFactory()
+    JobFactory(finished=True)
+    assert ids_listed(superuser.get(JOBS, {"state__exact": "failed"})) == [failed.pk]
+
+
+def test_queue_filter_choices_come_from_the_queue_table(superuser: Client) -> None:
+    QueueFactory(name="emails")
+    QueueFactory(name="reports")
+    in_emails = JobFactory(queue="emails")
+    JobFactory(queue="reports")
+    JobFactory(queue="not-in-the-table")
+    response = superuser.get(JOBS)
+    spec = next(spec for spec in response.context["cl"].filter_specs if spec.title == "queue")
+    assert [choice for choice, _label in spec.lookup_choices] == ["emails", "reports"]
+    assert ids_listed(superuser.get(JOBS, {"queue": "emails"})) == [in_emails.pk]
+    # A queue without a row can still be filtered by URL.
+    assert len(ids_listed(superuser.get(JOBS, {"queue": "not-in-the-table"}))) == 1
+
+
+def test_task_filter(superuser: Client) -> None:
+    adds = [JobFactory(task="tests.jobs.add") for _ in range(3)]
+    echo = JobFactory(task="tests.jobs.echo")
+    response = superuser.get(JOBS)
+    spec = next(spec for spec in response.context["cl"].filter_specs if spec.title == "task")
+    assert [choice for choice, _label in spec.lookup_choices] == [
+        "tests.jobs.add",
+        "tests.jobs.echo",
+    ]
+    assert ids_listed(superuser.get(JOBS, {"task": "tests.jobs.echo"})) == [echo.pk]
+    assert set(ids_listed(superuser.get(JOBS, {"task": "tests.jobs.add"}))) == {
+        job.pk for job in adds
+    }
+
+
+def test_task_names_stop_at_their_limit() -> None:
+    for n in range(5):
+        JobFactory(task=f"tests.jobs.task_{n}")
+    assert inspection.task_names(limit=3) == [f"tests.jobs.task_{n}" for n in range(3)]
+
+
+def test_task_filter_reads_the_task_index() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + inspection.TASK_NAMES, {"limit": 10})
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "eddyq_jobs_task_idx" in plan
+    assert "Seq Scan" not in plan
+
+
+def test_batch_filter(superuser: Client) -> None:
+    batch = BatchFactory()
+    in_batch = JobFactory(batch=batch)
+    JobFactory()
+    response = superuser.get(JOBS, {"batch": str(batch.pk)})
+    assert ids_listed(response) == [in_batch.pk]
+    assert ids_listed(superuser.get(JOBS, {"batch": "nonsense"})) == []
+
+
+@pytest.mark.parametrize(
+    ("term", "expected"),
+    [
+        ("add", {"add"}),
+        ("ECHO", {"echo"}),
+        ("acct-42", {"echo"}),
+        ("welcome", {"kwargs"}),
+        ('"acct-42"', {"echo"}),
+        ("nothing-matches", set()),
+    ],
+)
+def test_search(superuser: Client, term: str, expected: set[str]) -> None:
+    jobs = {
+        "add": JobFactory(task="tests.jobs.add", args=[1, 2]),
+        "echo": JobFactory(task="tests.jobs.echo", args=["acct-42"]),
+        "kwargs": JobFactory(task="tests.jobs.record", args=[], kwargs={"label": "welcome"}),
+    }
+    found = set(ids_listed(superuser.get(JOBS, {"q": term})))
+    assert found == {jobs[name].pk for name in expected}
+
+
+def test_search_by_id(superuser: Client) -> None:
+    jobs = [JobFactory(args=[]) for _ in range(3)]
+    assert ids_listed(superuser.get(JOBS, {"q": str(jobs[1].pk)})) == [jobs[1].pk]
+
+
+def test_jobs_past_their_retention_never_appear(superuser: Client) -> None:
+    now = timezone.now()
+    expired = failed_job(finalized_at=now - timedelta(days=8))
+    kept = failed_job(finalized_at=now - timedelta(days=6))
+    assert ids_listed(superuser.get(JOBS)) == [kept.pk]
+    assert superuser.get(job_url(expired)).status_code == 302  # "doesn't exist"
+    overview = superuser.get(JOBS).context["eddyq_overview"]
+    assert {item.state: item.count.value for item in overview.states}["failed"] == 1
+
+
+# Retention deadlines: the same rule as the cleaner's.
+
+HOUR = timedelta(hours=1)
+RETENTION = {"completed": "1h", "failed": "7d", "cancelled": None, "batch": "7d"}
+# (state, Job.retention, the deadline after finalized_at, or None for forever)
+DEADLINES: dict[str, tuple[str, Any, timedelta | None]] = {
+    "completed by RETENTION": ("completed", None, HOUR),
+    "failed by RETENTION": ("failed", None, timedelta(days=7)),
+    "cancelled kept forever by RETENTION": ("cancelled", None, None),
+    "override in seconds": ("completed", {"completed": 7200.5}, timedelta(seconds=7200.5)),
+    "override shorter": ("failed", {"failed": 60}, timedelta(seconds=60)),
+    "override None keeps forever": ("completed", {"completed": None}, None),
+    "override for another state": ("completed", {"failed": 5}, HOUR),
+    "override not a number keeps forever": ("completed", {"completed": "1h"}, None),
+    "override true is no number": ("completed", {"completed": True}, None),
+    "array naming the state keeps forever": ("completed", ["completed"], None),
+    "array naming another state": ("completed", ["failed"], HOUR),
+    "override beyond the calendar": ("failed", {"failed": 1e300}, None),
+    "override of zero": ("cancelled", {"cancelled": 0}, timedelta(0)),
+}
+
+
+@override_settings(EDDYQ={"RETENTION": RETENTION})
+@pytest.mark.parametrize(
+    ("state", "override", "period"), list(DEADLINES.values()), ids=list(DEADLINES)
+)
+def test_retention_deadline_is_when_the_cleaner_deletes(
+    state: str, override: Any, period: timedelta | None
+) -> None:
+    finalized_at = datetime(2030, 1, 1, tzinfo=UTC)
+    job = JobFactory(state=state, finalized_at=finalized_at, retention=override)
+    deadline = inspection.job_retention_deadline(job)
+    if period is None:
+        assert deadline is None
+        assert Cleaner().run_once(now=datetime(9999, 1, 1, tzinfo=UTC)) == 0
+        return
+    assert deadline == finalized_at + period
+    assert Cleaner().run_once(now=deadline - MICROSECOND) == 0
+    assert Job.all_objects.filter(pk=job.pk).exists()
+    assert Cleaner().run_once(now=deadline) == 1
+    assert not Job.all_objects.filter(pk=job.pk).exists()
+
+
+def test_retention_deadline_of_a_job_without_finalized_at() -> None:
+    assert inspection.retention_deadline("failed", None, None) is None
+    with pytest.raises(ValueError, match="not a terminal state"):
+        inspection.retention_deadline("running", timezone.now(), None)
+
+
+@override_settings(EDDYQ={"RETENTION": RETENTION})
+def test_retention_column(superuser: Client) -> None:
+    finalized_at = timezone.now()
+    completed = JobFactory(finished=True, finalized_at=finalized_at)
+    cancelled = JobFactory(state="cancelled", finalized_at=finalized_at)
+    JobFactory()
+    response = superuser.get(JOBS)
+    admin = response.context["cl"].model_admin
+    rows = {job.pk: job for job in response.context["cl"].result_list}
+    assert admin.retention_display(rows[cancelled.pk]) == "kept forever"
+    assert admin.retention_display(rows[completed.pk]) == format_datetime(finalized_at + HOUR)
+    html = response.content.decode()
+    assert "kept forever" in html
+    assert format_datetime(finalized_at + HOUR) in html
+
+
+# Actions: through the API, one log entry per job changed.
+
+
+def log_entries(flag: int) -> dict[str, str]:
+    return {
+        entry.object_id: entry.change_message
+        for entry in LogEntry.objects.filter(action_flag=flag).order_by("pk")
+    }
+
+
+def test_retry_action(changer: Client) -> None:
+    failed = failed_job()
+    cancelled = JobFactory(state="cancelled", finalized_at=timezone.now())
+    completed = JobFactory(finished=True)
+    running = JobFactory(state="running")
+    response = action(changer, "retry_jobs", [failed, cancelled, completed, running])
+    assert response.status_code == 302
+    for job in (failed, cancelled):
+        job.refresh_from_db()
+        assert job.state == Job.State.AVAILABLE
+        assert job.finalized_at is None
+    completed.refresh_from_db()
+    running.refresh_from_db()
+    assert (completed.state, running.state) == ("completed", "running")
+    assert log_entries(CHANGE) == {
+        str(failed.pk): "Retried: failed → available",
+        str(cancelled.pk): "Retried: cancelled → available",
+    }
+    shown = messages_of(changer.get(JOBS))
+    assert any(f"#{failed.pk}" in m and "available now" in m for m in shown)
+    assert any(f"#{completed.pk}" in m and "cannot be retried" in m for m in shown)
+    assert any(f"#{running.pk}" in m and "already available or running" in m for m in shown)
+
+
+def test_retried_job_leaves_the_failed_filter(changer: Client) -> None:
+    job = failed_job()
+    assert ids_listed(changer.get(JOBS, {"state__exact": "failed"})) == [job.pk]
+    action(changer, "retry_jobs", [job], url=f"{JOBS}?state__exact=failed")
+    assert ids_listed(changer.get(JOBS, {"state__exact": "failed"})) == []
+
+
+def test_cancel_action(changer: Client) -> None:
+    available = JobFactory()
+    running = JobFactory(state="running", locked_by="w1", locked_until=timezone.now())
+    failed = failed_job()
+    action(changer, "cancel_jobs", [available, running, failed])
+    available.refresh_from_db()
+    running.refresh_from_db()
+    failed.refresh_from_db()
+    assert available.state == Job.State.CANCELLED
+    assert running.state == Job.State.RUNNING
+    assert running.cancel_requested_at is not None
+    assert failed.state == Job.State.FAILED
+    assert log_entries(CHANGE) == {
+        str(available.pk): "Cancelled: available → cancelled",
+        str(running.pk): "Cancel requested: its worker stops it",
+    }
+    # A second cancel of the running job changes nothing and logs nothing.
+    action(changer, "cancel_jobs", [running])
+    assert LogEntry.objects.count() == 2
+    assert b"cancel requested" in changer.get(JOBS).content
+
+
+def test_cancelling_the_last_job_of_a_batch_fires_its_callback(changer: Client) -> None:
+    from django_eddyq import batch as open_batch
+    from tests import jobs as tasks
+
+    with open_batch(on_complete=tasks.add, args=(1, 2)) as created:
+        job = tasks.add.enqueue(1, 2)
+    action(changer, "cancel_jobs", [job])
+    created.refresh_from_db()
+    assert created.state == Batch.State.COMPLETE
+    assert Job.objects.filter(pk=created.callback_job, task="tests.jobs.add").exists()
+
+
+def test_actions_from_the_job_page_return_to_it(changer: Client) -> None:
+    job = failed_job()
+    response = action(changer, "retry_jobs", [job], _eddyq_from_job="1")
+    assert response.status_code == 302
+    assert response["Location"] == job_url(job)
+    page = changer.get(job_url(job)).content.decode()
+    assert "Retry now" not in page  # available now
+    assert 'value="cancel_jobs"' in page
+
+
+def test_delete_action_asks_then_deletes_ended_jobs_only(deleter: Client) -> None:
+    failed = failed_job()
+    completed = JobFactory(finished=True)
+    running = JobFactory(state="running")
+    confirm = action(deleter, "delete_selected", [failed, completed, running])
+    assert confirm.status_code == 200
+    assert b"Yes, I" in confirm.content
+    assert Job.objects.count() == 3
+    response = action(deleter, "delete_selected", [failed, completed, running], post="yes")
+    assert response.status_code == 302
+    assert set(Job.all_objects.values_list("pk", flat=True)) == {running.pk}
+    assert set(log_entries(DELETION)) == {str(failed.pk), str(completed.pk)}
+    shown = messages_of(deleter.get(JOBS))
+    assert any(f"#{running.pk}" in m and "Cancel them first" in m for m in shown)
+
+
+def test_a_running_job_cannot_be_deleted_from_its_page(superuser: Client) -> None:
+    running = JobFactory(state="running")
+    assert b"deletelink" not in superuser.get(job_url(running)).content
+    delete_url = reverse("admin:django_eddyq_job_delete", args=[running.pk])
+    assert superuser.post(delete_url, {"post": "yes"}).status_code == 403
+    assert Job.objects.filter(pk=running.pk).exists()
+    ended = failed_job()
+    assert b"deletelink" in superuser.get(job_url(ended)).content
+    superuser.post(reverse("admin:django_eddyq_job_delete", args=[ended.pk]), {"post": "yes"})
+    assert not Job.all_objects.filter(pk=ended.pk).exists()
+    assert set(log_entries(DELETION)) == {str(ended.pk)}
+
+
+def test_actions_refuse_more_than_their_limit(
+    changer: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_eddyq import admin as eddyq_admin
+
+    monkeypatch.setattr(eddyq_admin, "ACTION_LIMIT", 2)
+    jobs = [failed_job() for _ in range(3)]
+    response = changer.post(
+        f"{JOBS}?state__exact=failed",
+        {"action": "retry_jobs", "index": "0", "select_across": "1", "_selected_action": "0"},
+    )
+    assert response.status_code == 302
+    assert all(Job.objects.get(pk=job.pk).state == "failed" for job in jobs)
+    assert any("at most 2" in m for m in messages_of(changer.get(JOBS)))
+
+
+def test_pause_and_resume_queues(changer: Client) -> None:
+    emails = QueueFactory(name="emails")
+    reports = QueueFactory(name="reports")
+    action(changer, "pause_queues", [emails, reports], url=QUEUES)
+    assert all(queue.is_paused for queue in Queue.objects.all())
+    action(changer, "pause_queues", [emails], url=QUEUES)  # already paused: no entry
+    assert log_entries(CHANGE) == {"emails": "Paused", "reports": "Paused"}
+    page = changer.get(QUEUES).content.decode()
+    assert "paused since" in page
+    action(changer, "resume_queues", [emails], url=QUEUES)
+    assert not Queue.objects.get(name="emails").is_paused
+    assert Queue.objects.get(name="reports").is_paused
+    assert LogEntry.objects.filter(object_id="emails", change_message="Resumed").count() == 1
+
+
+# Escaping.
+
+SCRIPT = "<script>alert('eddyq')</script>"
+
+
+def test_everything_is_escaped(superuser: Client) -> None:
+    job = JobFactory(
+        task=f"tests.jobs.{SCRIPT}",
+        args=[SCRIPT],
+        kwargs={SCRIPT: SCRIPT},
+        queue="q",
+        state="failed",
+        finalized_at=timezone.now(),
+        result={"html": SCRIPT},
+        metadata={"note": SCRIPT},
+        errors=[
+            {"attempt": 1, "at": SCRIPT, "error": f"ValueError: {SCRIPT}", "traceback": SCRIPT}
+        ],
+        locked_by=SCRIPT,
+    )
+    for url in (JOBS, f"{JOBS}?q=script", job_url(job)):
+        html = superuser.get(url).content.decode()
+        assert SCRIPT not in html, url
+        assert "&lt;script&gt;alert(" in html, url
+
+
+def test_batch_callback_is_escaped(superuser: Client) -> None:
+    batch = BatchFactory(callback_task=SCRIPT, callback_args=[SCRIPT])
+    for url in (BATCHES, reverse("admin:django_eddyq_batch_change", args=[batch.pk])):
+        html = superuser.get(url).content.decode()
+        assert SCRIPT not in html
+        assert "&lt;script&gt;" in html
+
+
+# The job's page.
+
+
+def test_job_page_shows_everything(superuser: Client) -> None:
+    batch = BatchFactory()
+    job = JobFactory(
+        state="retryable",
+        attempt=2,
+        args=[{"user": 42, "tags": ["a", "b"]}],
+        kwargs={"lang": "fr"},
+        batch=batch,
+        errors=[
+            {
+                "attempt": 1,
+                "at": "2030-01-01T00:00:00",
+                "error": "KeyError: 'first'",
+                "traceback": "Traceback (most recent call last):\n  first frame\nKeyError\n",
+            },
+            {
+                "attempt": 2,
+                "at": "2030-01-01T00:01:00",
+                "error": "JobRescued: worker w9 ...",
+                "traceback": "",
+                "rescued_from": "w9",
+            },
+        ],
+    )
+    html = superuser.get(job_url(job)).content.decode()
+    assert '<pre class="eddyq-json">[\n  {\n    &quot;' in html  # indented
+    assert "&quot;user&quot;: 42" in html
+    assert "&quot;lang&quot;: &quot;fr&quot;" in html
+    first = html.index("KeyError: &#x27;first&#x27;")
+    assert html.index("first frame") > first
+    assert html.index("JobRescued: worker w9") > html.index("first frame")
+    assert "rescued from w9" in html
+    assert reverse("admin:django_eddyq_batch_change", args=[batch.pk]) in html
+
+
+def test_job_page_shows_the_lease_of_a_running_job(superuser: Client) -> None:
+    now = timezone.now()
+    running = JobFactory(
+        state="running",
+        locked_by="web-3:4242:abc",
+        locked_until=now + timedelta(seconds=40),
+        heartbeat_at=now,
+    )
+    html = superuser.get(job_url(running)).content.decode()
+    assert "Leased to web-3:4242:abc until" in html
+    assert "last heartbeat" in html
+    stuck = JobFactory(state="running", locked_by="w2", locked_until=now - timedelta(minutes=1))
+    assert "expired, the rescuer takes it back" in superuser.get(job_url(stuck)).content.decode()
+
+
+# The overview above the list.
+
+
+def test_overview_counts_per_state_and_queue(superuser: Client) -> None:
+    QueueFactory(name="default")
+    QueueFactory(name="emails", paused_at=timezone.now())
+    for _ in range(3):
+        failed_job()
+    JobFactory(queue="emails")
+    JobFactory(queue="emails")
+    JobFactory(state="running", locked_until=timezone.now() - timedelta(seconds=5))
+    overview = superuser.get(JOBS).context["eddyq_overview"]
+    counts = {item.state: str(item.count) for item in overview.states}
+    assert counts == {
+        "scheduled": "0",
+        "available": "2",
+        "running": "1",
+        "retryable": "0",
+        "completed": "0",
+        "failed": "3",
+        "cancelled": "0",
+    }
+    assert overview.stuck.value == 1
+    queues = {queue.name: queue for queue in overview.queues}
+    assert (queues["emails"].available.value, queues["emails"].is_paused) == (2, True)
+    assert (queues["default"].running, queues["default"].is_paused) == (1, False)
+    html = superuser.get(JOBS).content.decode()
+    assert "1 running job is past its lease" in html
+    assert "paused since" in html
+
+
+def test_overview_estimates_past_its_limit() -> None:
+    for _ in range(6):
+        JobFactory(finished=True)
+    failed_job()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE eddyq_jobs")
+    overview = inspection.Overview(count_limit=5)
+    counts = {item.state: item.count for item in overview.states}
+    assert counts["failed"] == inspection.Count(1)
+    assert counts["completed"].estimated
+    assert counts["completed"].value == 6
+    assert str(counts["completed"]) == "≈ 6"
+
+
+def test_overview_without_statistics_says_more_than() -> None:
+    for _ in range(6):
+        JobFactory(finished=True)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM pg_statistic WHERE starelid = 'eddyq_jobs'::regclass")
+    counts = {item.state: item.count for item in inspection.Overview(count_limit=5).states}
+    assert str(counts["completed"]) == "5+"
+
+
+def test_overview_leader(superuser: Client) -> None:
+    assert "No leader is running maintenance" in superuser.get(JOBS).content.decode()
+    now = timezone.now()
+    Leader.objects.create(
+        name=ELECTION, leader_id="web-1:99:abc", elected_at=now, expires_at=now + HOUR
+    )
+    html = superuser.get(JOBS).content.decode()
+    assert "Leader <code>web-1:99:abc</code> runs maintenance" in html
+    Leader.objects.filter(name=ELECTION).update(expires_at=now - HOUR)
+    html = superuser.get(JOBS).content.decode()
+    assert "No leader is running maintenance" in html
+    assert "The last leader, <code>web-1:99:abc</code>" in html
+
+
+# Counts that stop, estimates, and query counts that do not grow with rows.
+
+
+@pytest.fixture
+def small_count_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(inspection.EstimatingPaginator, "exact_limit", 5)
+    return 5
+
+
+def test_exact_count_up_to_the_limit(superuser: Client, small_count_limit: int) -> None:
+    for _ in range(5):
+        JobFactory()
+    response = superuser.get(JOBS)
+    assert response.context["cl"].result_count == 5
+    assert not response.context["cl"].paginator.is_estimate
+    assert "about" not in response.content.decode()
+
+
+def test_unfiltered_count_past_the_limit_is_the_table_estimate(
+    superuser: Client, small_count_limit: int
+) -> None:
+    for _ in range(12):
+        JobFactory()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE eddyq_jobs")
+    with CaptureQueriesContext(connection) as queries:
+        response = superuser.get(JOBS)
+    cl = response.context["cl"]
+    assert cl.paginator.is_estimate
+    assert cl.result_count == 12
+    assert "about 12 jobs" in response.content.decode()
+    counts = [q["sql"] for q in queries if q["sql"].startswith("SELECT COUNT(*)")]
+    assert counts
+    assert all("LIMIT 6" in sql for sql in counts), counts
+    assert any("reltuples" in q["sql"] for q in queries)
+
+
+def test_filtered_count_past_the_limit_is_the_planner_estimate(
+    superuser: Client, small_count_limit: int
+) -> None:
+    for _ in range(8):
+        failed_job()
+    JobFactory()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE eddyq_jobs")
+    with CaptureQueriesContext(connection) as queries:
+        response = superuser.get(JOBS, {"state__exact": "failed"})
+    cl = response.context["cl"]
+    assert cl.paginator.is_estimate
+    assert cl.result_count >= 6
+    assert any(q["sql"].startswith("EXPLAIN") for q in queries)
+
+
+def test_pages_past_an_estimate_are_empty_not_errors(
+    superuser: Client, small_count_limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_eddyq.admin import JobAdmin
+
+    monkeypatch.setattr(JobAdmin, "list_per_page", 2)
+    for _ in range(8):
+        JobFactory()
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE eddyq_jobs")
+        cursor.execute("UPDATE pg_class SET reltuples = 1000 WHERE oid = 'eddyq_jobs'::regclass")
+    response = superuser.get(JOBS, {"p": "400"})
+    assert response.status_code == 200
+    assert ids_listed(response) == []
+    page_links = re.findall(r'href="\?p=(\d+)"', superuser.get(JOBS).content.decode())
+    assert max(int(p) for p in page_links) <= 4  # no link to a "last" page far away
+
+
+def count_queries(client: Client, url: str, data: dict[str, str] | None = None) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, data or {})
+    assert response.status_code == 200
+    return len(queries)
+
+
+def many_kinds_of_jobs(copies: int) -> None:
+    QueueFactory(name="default")
+    for n in range(copies):
+        batch = BatchFactory(callback_task="tests.jobs.add")
+        failed_job(batch=batch, retention={"failed": 60 * n})
+        JobFactory(state="running", locked_by="w", locked_until=timezone.now(), batch=batch)
+        JobFactory(finished=True, task=f"tests.jobs.task_{n % 3}")
+        JobFactory(state="cancelled", finalized_at=timezone.now(), queue=f"queue-{n % 2}")
+        QueueFactory(name=f"queue-{n % 2}")
+
+
+LIST_VIEWS: list[tuple[str, dict[str, str]]] = [
+    (JOBS, {}),
+    (JOBS, {"state__exact": "failed"}),
+    (JOBS, {"queue": "default", "task": "tests.jobs.add"}),
+    (JOBS, {"q": "add"}),
+    (BATCHES, {}),
+    (QUEUES, {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("url", "data"), LIST_VIEWS, ids=[f"{u}?{urlencode(d)}" for u, d in LIST_VIEWS]
+)
+def test_list_query_count_does_not_grow_with_rows(
+    superuser: Client, url: str, data: dict[str, str]
+) -> None:
+    many_kinds_of_jobs(2)
+    few = count_queries(superuser, url, data)
+    many_kinds_of_jobs(20)
+    assert count_queries(superuser, url, data) == few
+
+
+def test_job_list_query_budget(superuser: Client) -> None:
+    """Session and user, the count, the rows, queue and task choices, state counts, queues and
+    the leader: a fixed handful."""
+    many_kinds_of_jobs(5)
+    assert count_queries(superuser, JOBS) <= 9
+
+
+def test_job_page_query_count_does_not_grow_with_errors(superuser: Client) -> None:
+    error = {"attempt": 1, "error": "E: x", "traceback": "Traceback\n"}
+    one = JobFactory(state="failed", finalized_at=timezone.now(), errors=[error])
+    many = JobFactory(
+        state="failed", finalized_at=timezone.now(), errors=[error] * 25, batch=BatchFactory()
+    )
+    assert count_queries(superuser, job_url(one)) == count_queries(superuser, job_url(many))
+
+
+def test_the_list_fetches_no_arguments_or_tracebacks(superuser: Client) -> None:
+    failed_job(args=["x" * 1000])
+    with CaptureQueriesContext(connection) as queries:
+        superuser.get(JOBS)
+    rows = [q["sql"] for q in queries if 'ORDER BY "eddyq_jobs"."id" DESC' in q["sql"]]
+    assert rows
+    assert all('"eddyq_jobs"."args"' not in sql for sql in rows)
+    assert all('"eddyq_jobs"."errors" -> -1' in sql or "-> -1" in sql for sql in rows)
+
+
+# Batches and queues.
+
+
+def test_batch_list_and_page(superuser: Client) -> None:
+    batch = BatchFactory(callback_task="tests.jobs.add", callback_args=[1, 2], callback_job=None)
+    failed_job(batch=batch)
+    failed_job(batch=batch)
+    JobFactory(batch=batch)
+    html = superuser.get(BATCHES).content.decode()
+    assert "failed 2" in html
+    assert "available 1" in html
+    assert f"{JOBS}?batch={batch.pk}" in html
+    page = superuser.get(reverse("admin:django_eddyq_batch_change", args=[batch.pk]))
+    text = page.content.decode()
+    assert "tests.jobs.add" in text
+    assert '<pre class="eddyq-json">[\n  1,\n  2\n]</pre>' in text
+    assert "failed 2" in text
+
+
+def test_batch_links_its_callback_job(superuser: Client) -> None:
+    callback = JobFactory()
+    batch = BatchFactory(state="complete", callback_job=callback.pk, finalized_at=timezone.now())
+    page = superuser.get(reverse("admin:django_eddyq_batch_change", args=[batch.pk]))
+    assert job_url(callback) in page.content.decode()
+
+
+def test_queue_list_counts(superuser: Client) -> None:
+    QueueFactory(name="emails")
+    JobFactory(queue="emails")
+    JobFactory(queue="emails")
+    JobFactory(queue="emails", state="running")
+    failed_job(queue="emails")
+    response = superuser.get(QUEUES)
+    queue = response.context["cl"].result_list[0]
+    assert (queue.available_count, queue.running_count) == (2, 1)
+    assert f"{JOBS}?queue=emails" in response.content.decode()
+
+
+def test_batches_and_queues_cannot_be_deleted(superuser: Client) -> None:
+    batch = BatchFactory()
+    queue = QueueFactory(name="emails")
+    assert "delete_selected" not in superuser.get(BATCHES).content.decode()
+    assert "delete_selected" not in superuser.get(QUEUES).content.decode()
+    for url in (
+        reverse("admin:django_eddyq_batch_delete", args=[batch.pk]),
+        reverse("admin:django_eddyq_queue_delete", args=[queue.pk]),
+    ):
+        assert superuser.post(url, {"post": "yes"}).status_code == 403
