@@ -11,25 +11,63 @@ import inspect
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import lru_cache
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django_eddyq.base import Task
 from django_eddyq.exceptions import TaskNotFound
 
+if TYPE_CHECKING:
+    from django_eddyq.worker.execution import ClaimedJob, Outcome
+
 logger = logging.getLogger("django_eddyq")
+
+
+class Attempt(Protocol):
+    """One attempt of a hooked handler: what to call it with; told how the attempt ended."""
+
+    @property
+    def args(self) -> Sequence[Any]: ...
+
+    @property
+    def kwargs(self) -> Mapping[str, Any]: ...
+
+    def end(self, outcome: Outcome) -> None:
+        """Called on the handler's thread once the outcome is decided, before it is stored.
+
+        It may add keys to ``outcome.error``, which is stored; what it raises is logged.
+        """
+
+    async def aend(self, outcome: Outcome) -> None:
+        """``end`` for an async handler, on the worker's event loop."""
+
+
+class AttemptHooks(Protocol):
+    """Runs around each attempt of a task that needs more than a call (a Django task)."""
+
+    def begin(self, job: ClaimedJob) -> Attempt:
+        """Called on the handler's thread before the call; raising fails the attempt."""
+
+    async def abegin(self, job: ClaimedJob) -> Attempt:
+        """``begin`` for an async handler, on the worker's event loop."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Handler:
-    """What a task path resolves to: the function and the options the worker needs."""
+    """What a task path resolves to: the function and the options the worker needs.
+
+    ``hooks`` is None for eddyq's own tasks and plain callables, which the worker calls with
+    the job's arguments and nothing around; a Django task has hooks that give its context and
+    send Django's ``task_started`` and ``task_finished`` signals.
+    """
 
     func: Callable[..., Any]
     timeout: float | None
     backoff: Callable[[int], float | timedelta] | None
+    hooks: AttemptHooks | None = None
 
     @property
     def is_async(self) -> bool:
@@ -38,6 +76,11 @@ class Handler:
 
 @lru_cache(maxsize=4096)
 def resolve(path: str) -> Handler:
+    """The handler of the task at ``module.qualname``."""
+    return _handler_for(import_task(path), path)
+
+
+def import_task(path: str) -> Any:
     """Import ``module.qualname``, trying the longest importable module prefix."""
     parts = path.split(".")
     for split in range(len(parts) - 1, 0, -1):
@@ -54,7 +97,7 @@ def resolve(path: str) -> Handler:
                 target = getattr(target, attribute)
         except AttributeError as error:
             raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
-        return _handler_for(target, path)
+        return target
     raise TaskNotFound(f"cannot import task {path!r}: no such module")
 
 
@@ -62,9 +105,23 @@ def _handler_for(target: Any, path: str) -> Handler:
     if isinstance(target, Task):
         timeout = target.timeout.total_seconds() if target.timeout is not None else None
         return Handler(func=target.func, timeout=timeout, backoff=target.backoff)
+    django_task_class = _django_task_class()
+    if django_task_class is not None and isinstance(target, django_task_class):
+        from django_eddyq.backend import django_task_handler
+
+        return django_task_handler(target)
     if callable(target):
         return Handler(func=target, timeout=None, backoff=None)
     raise TaskNotFound(f"cannot run task {path!r}: it is a {type(target).__name__}, not a callable")
+
+
+def _django_task_class() -> type[Any] | None:
+    """``django.tasks.Task``, or None on Django 5.2 without the django-tasks backport."""
+    try:
+        from django_eddyq.compat import Task as DjangoTask
+    except ImportError:
+        return None
+    return DjangoTask
 
 
 def default_backoff(attempt: int) -> float:

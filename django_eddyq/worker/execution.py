@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import traceback
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.db import close_old_connections
 
 from django_eddyq.arguments import normalize_json
 from django_eddyq.exceptions import Discard, Snooze
-from django_eddyq.handlers import Handler, retry_delay
+from django_eddyq.handlers import Attempt, Handler, retry_delay
 
 logger = logging.getLogger("django_eddyq")
 
@@ -112,6 +113,8 @@ def run_sync(job: ClaimedJob, handler: Handler) -> Outcome:
     """
     try:
         close_old_connections()
+        if handler.hooks is not None:
+            return _run_hooked(job, handler, handler.hooks.begin(job))
         value = handler.func(*job.args, **job.kwargs)
         return _settle(job, handler, value)
     except BaseException as error:
@@ -129,8 +132,28 @@ async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
     deadline = asyncio.timeout(handler.timeout)
     try:
         await sync_to_async(close_old_connections)()
+        if handler.hooks is not None:
+            attempt = await handler.hooks.abegin(job)
+            outcome = await _call_async(job, handler, deadline, attempt.args, attempt.kwargs)
+            await _end_async(job, attempt, outcome)
+            return outcome
+        return await _call_async(job, handler, deadline, job.args, job.kwargs)
+    except Exception as error:
+        return _steer(job, handler, error)
+    finally:
+        await sync_to_async(close_old_connections)()
+
+
+async def _call_async(
+    job: ClaimedJob,
+    handler: Handler,
+    deadline: asyncio.Timeout,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Outcome:
+    try:
         async with deadline:
-            value = await handler.func(*job.args, **job.kwargs)
+            value = await handler.func(*args, **kwargs)
         return _settle(job, handler, value)
     except TimeoutError as error:
         if deadline.expired():
@@ -138,5 +161,26 @@ async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
         return _steer(job, handler, error)
     except Exception as error:
         return _steer(job, handler, error)
-    finally:
-        await sync_to_async(close_old_connections)()
+
+
+# Hooked handlers (Django's tasks): the hooks make the call's arguments and hear its outcome.
+
+
+def _run_hooked(job: ClaimedJob, handler: Handler, attempt: Attempt) -> Outcome:
+    try:
+        value = handler.func(*attempt.args, **attempt.kwargs)
+        outcome = _settle(job, handler, value)
+    except BaseException as error:
+        outcome = _steer(job, handler, error)
+    try:
+        attempt.end(outcome)
+    except Exception:
+        logger.exception("eddyq job %s (%s): ending its attempt failed", job.id, job.task)
+    return outcome
+
+
+async def _end_async(job: ClaimedJob, attempt: Attempt, outcome: Outcome) -> None:
+    try:
+        await attempt.aend(outcome)
+    except Exception:
+        logger.exception("eddyq job %s (%s): ending its attempt failed", job.id, job.task)
