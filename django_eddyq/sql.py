@@ -149,7 +149,8 @@ WITH outcome AS (
         result = outcome.result,
         errors = CASE WHEN outcome.error IS NULL THEN job.errors
                       ELSE job.errors || jsonb_build_array(
-                          outcome.error || jsonb_build_object('at', now()))
+                          outcome.error
+                          || jsonb_build_object('at', now(), 'worker', %(worker_id)s::text))
                  END,
         run_at = CASE WHEN outcome.delay IS NULL THEN job.run_at
                       ELSE now() + make_interval(secs => outcome.delay)

@@ -12,8 +12,9 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -117,6 +118,7 @@ class Worker(Loop):
         self._to_write: list[Outcome] = []
         self._next_heartbeat = 0.0
         self._claimed_full_batch = False
+        self._claimed_full_batch_before = False
         self._drain_deadline: float | None = None
         self.processed = 0
 
@@ -207,17 +209,34 @@ class Worker(Loop):
 
     # One pass.
     def run_once(self, now: datetime | None = None) -> int:
+        """Write what finished, renew leases when due, claim for the free slots.
+
+        Several statements share one transaction, so one commit (one WAL flush) serves them
+        all; what they mean for this worker (jobs started, leases given up) is acted on only
+        once it is committed.
+        """
         self._apply_cancel_requests()
         self._collect_finished()
         self._check_deadlines()
-        changed = self._write_outcomes()
-        if time.monotonic() >= self._next_heartbeat:
-            self._heartbeat()
+        self._claimed_full_batch_before = self._claimed_full_batch
         self._claimed_full_batch = False
-        if not self.stopping:
-            if self.burst:
-                changed += self._promote_due()
-            changed += self._claim()
+        heartbeat_due = time.monotonic() >= self._next_heartbeat
+        claiming = not self.stopping and self.concurrency > self._busy_slots
+        statements = bool(self._to_write) + heartbeat_due + claiming * (1 + self.burst)
+        committed: list[Callable[[], None]] = []
+        assert self._connection is not None
+        with self._connection.transaction() if statements > 1 else nullcontext():
+            changed = self._write_outcomes(committed)
+            if heartbeat_due:
+                self._heartbeat(committed)
+            if claiming:
+                # A burst worker promotes due jobs itself, but only once the available ones
+                # run short: not a statement in every pass.
+                if self.burst and not self._claimed_full_batch_before:
+                    changed += self._promote_due()
+                changed += self._claim(committed)
+        for act in committed:
+            act()
         return changed
 
     def _collect_finished(self) -> None:
@@ -245,7 +264,7 @@ class Worker(Loop):
                 outcome = timed_out(running.job, running.handler)
                 self._to_write.append(cancelled(outcome) if running.cancel.requested else outcome)
 
-    def _write_outcomes(self) -> int:
+    def _write_outcomes(self, committed: list[Callable[[], None]]) -> int:
         if not self._to_write:
             return 0
         outcomes = self._to_write
@@ -274,13 +293,16 @@ class Worker(Loop):
                 "attempts_given_back": [outcome.attempt_given_back for outcome in outcomes],
             },
         )
-        self._to_write = []
         written = {row[0] for row in rows}
+        committed.append(lambda: self._outcomes_written(outcomes, written))
+        return len(written)
+
+    def _outcomes_written(self, outcomes: list[Outcome], written: set[int]) -> None:
+        self._to_write = self._to_write[len(outcomes) :]
         for outcome in outcomes:
             self._running.pop(outcome.job.id, None)
             self.processed += 1
             self._log_outcome(outcome, written=outcome.job.id in written)
-        return len(written)
 
     def _finish(self, ended_batches: list[int], params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """One statement, or for batch jobs one transaction that also completes their batches."""
@@ -322,7 +344,7 @@ class Worker(Loop):
                 outcome.summary,
             )
 
-    def _heartbeat(self) -> None:
+    def _heartbeat(self, committed: list[Callable[[], None]]) -> None:
         self._next_heartbeat = time.monotonic() + self._heartbeat_seconds()
         held = [job_id for job_id, running in self._running.items() if not running.settled]
         if not held:
@@ -331,6 +353,9 @@ class Worker(Loop):
             sql.HEARTBEAT,
             {"ids": held, "worker_id": self.id, "lease_seconds": self._lease_seconds()},
         )
+        committed.append(lambda: self._leases_renewed(held, rows))
+
+    def _leases_renewed(self, held: list[int], rows: list[tuple[Any, ...]]) -> None:
         renewed = {row[0] for row in rows}
         self._cancel_requests.extend(row[0] for row in rows if row[1])
         self._apply_cancel_requests()
@@ -354,10 +379,8 @@ class Worker(Loop):
         rows = self._execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
         return int(rows[0][0])
 
-    def _claim(self) -> int:
+    def _claim(self, committed: list[Callable[[], None]]) -> int:
         free = self.concurrency - self._busy_slots
-        if free <= 0:
-            return 0
         statement, params = (
             (sql.CLAIM_FROM_QUEUES, {"queues": self.queues})
             if self.queues
@@ -373,11 +396,15 @@ class Worker(Loop):
             },
         )
         jobs = sorted((ClaimedJob(*row) for row in rows), key=_claim_order)
-        for job in jobs:
-            self._start(job)
         self._touch_queues({job.queue for job in jobs})
         self._claimed_full_batch = len(jobs) == free
+        committed.append(lambda: self._start_all(jobs))
         return len(jobs)
+
+    def _start_all(self, jobs: list[ClaimedJob]) -> None:
+        self._busy_slots += len(jobs)
+        for job in jobs:
+            self._start(job)
 
     def _touch_queues(self, queues: set[str]) -> None:
         """Claims keep their queues' rows fresh for the queue cleaner, every few seconds."""
@@ -386,10 +413,12 @@ class Worker(Loop):
             self._execute_no_result(sql.TOUCH_QUEUES, {"queues": stale})
 
     def _start(self, job: ClaimedJob) -> None:
-        self._busy_slots += 1
         try:
             handler = resolve(job.task)
-        except TaskNotFound as error:
+        except Exception as error:
+            # Not found, or its module failed to import: this job fails, the worker goes on.
+            if not isinstance(error, TaskNotFound):
+                error = TaskNotFound(f"cannot import task {job.task!r}: {error!r}")
             running = RunningJob(job, None, None)
             self._running[job.id] = running
             self._finished.append((running, failure(job, None, error)))
@@ -493,8 +522,11 @@ class Worker(Loop):
                     outcome.job.id,
                     outcome.job.task,
                 )
+        committed: list[Callable[[], None]] = []
         try:
-            self._write_outcomes()
+            self._write_outcomes(committed)
+            for act in committed:
+                act()
         except psycopg.Error:
             logger.exception(
                 "eddyq worker %s could not record its last outcomes; the rescuer will retry "
