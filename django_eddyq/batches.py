@@ -43,7 +43,12 @@ def batch(
     metadata: dict[str, Any] = {}
     if isinstance(on_complete, Task):
         callback_task = on_complete.path
-        metadata = {"callback_queue": on_complete.queue, "callback_priority": on_complete.priority}
+        metadata = {
+            "callback_queue": on_complete.queue,
+            "callback_priority": on_complete.priority,
+            "callback_max_attempts": on_complete.max_attempts,
+            "callback_retention": on_complete.retention,
+        }
     else:
         callback_task = on_complete or ""
     created = Batch.objects.create(
@@ -106,9 +111,10 @@ def complete_batches(cursor: Any, batch_ids: Sequence[int]) -> list[int]:
             },
             queue=metadata.get("callback_queue") or default_queue(),
             priority=metadata.get("callback_priority") or 0,
-            max_attempts=eddyq_settings.MAX_ATTEMPTS,
+            max_attempts=metadata.get("callback_max_attempts") or eddyq_settings.MAX_ATTEMPTS,
             run_at=None,
             delay=0.0,
+            retention=metadata.get("callback_retention"),
             metadata={"batch_callback": batch_id},
         )
         [callback] = insert_jobs([spec], cursor=cursor)

@@ -129,6 +129,13 @@ async def async_waits(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+@task
+async def async_shrugs_off_cancel() -> str:
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(60)
+    return "finished my work"
+
+
 @task(max_attempts=5)
 def fails_when_cancelled() -> None:
     """Works in small steps, checking between them whether it was cancelled."""

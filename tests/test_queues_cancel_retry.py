@@ -281,3 +281,35 @@ def test_run_at_in_retry_is_the_database_clock() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now() - run_at FROM eddyq_jobs WHERE id = %s", [job.pk])
         assert cursor.fetchone()[0] < timedelta(seconds=5)
+
+
+def test_an_async_handler_that_catches_the_cancel_and_returns_completes(
+    fast_settings: None,
+) -> None:
+    job = jobs.async_shrugs_off_cancel.enqueue()
+    worker = Worker(concurrency=1, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: state_of(job) == "running")
+        Job.objects.get(pk=job.pk).cancel()
+        wait_for(lambda: state_of(job) == "completed", seconds=5)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert Job.objects.get(pk=job.pk).result == "finished my work"
+
+
+def test_a_job_cancelled_while_running_is_not_handed_back_at_shutdown(
+    fast_settings: None,
+) -> None:
+    job = jobs.nap.enqueue(30)
+    worker = Worker(concurrency=1, maintenance=False, shutdown_timeout=0.2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_for(lambda: state_of(job) == "running")
+    Job.objects.get(pk=job.pk).cancel()
+    time.sleep(0.3)  # the worker hears of the cancel
+    worker.stop()
+    thread.join(10)
+    assert state_of(job) == "cancelled"

@@ -110,8 +110,8 @@ def _declared_task(path: str) -> Task[..., Any] | None:
     """The ``@task`` at ``path``, whose options are a schedule's defaults; None otherwise."""
     try:
         found = import_string(path)
-    except ImportError:
-        return None  # reported by system check E008
+    except Exception:
+        return None  # a module that fails to import is reported by system check E008
     return found if isinstance(found, Task) else None
 
 

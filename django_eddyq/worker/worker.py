@@ -70,7 +70,8 @@ class RunningJob:
     deadline: float | None  # time.monotonic() after which the attempt has timed out
     settled: bool = False  # its outcome is already decided (timed out, lost): ignore a late one
     cancel: CancelFlag = dataclasses.field(default_factory=CancelFlag)
-    future: Future[Outcome] | None = None  # an async handler's, to cancel it
+    future: Future[Outcome] | None = None  # an async handler's result
+    task: asyncio.Task[Outcome] | None = None  # an async handler's task, to cancel it
 
 
 class Worker(Loop):
@@ -429,7 +430,7 @@ class Worker(Loop):
         if handler.is_async:
             assert self._event_loop is not None
             running.future = asyncio.run_coroutine_threadsafe(
-                _with_cancel_flag(running.cancel, run_async(job, handler)), self._event_loop
+                _run_async_job(running, run_async(job, handler)), self._event_loop
             )
             running.future.add_done_callback(lambda done: self._async_done(running, done))
         else:
@@ -467,8 +468,10 @@ class Worker(Loop):
                 continue
             running.cancel.requested = True
             logger.info("eddyq job %s (%s): cancel requested", running.job.id, running.job.task)
-            if running.future is not None:
-                running.future.cancel()
+            if running.task is not None and self._event_loop is not None:
+                # Cancel the handler's own task: the CancelledError is raised inside it, and a
+                # handler that catches it and returns anyway still completes.
+                self._event_loop.call_soon_threadsafe(running.task.cancel)
 
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:
@@ -513,7 +516,10 @@ class Worker(Loop):
         """Jobs still running at shutdown go back to available, their attempt not counted."""
         self._collect_finished()
         self._to_write.extend(
-            returned(running.job) for running in self._running.values() if not running.settled
+            # A job cancelled while it ran ends cancelled, not back in the queue.
+            cancelled(returned(running.job)) if running.cancel.requested else returned(running.job)
+            for running in self._running.values()
+            if not running.settled
         )
         for outcome in self._to_write:
             if outcome.state == "available":
@@ -566,8 +572,9 @@ class Worker(Loop):
         return eddyq_settings.STALE_AFTER.total_seconds()
 
 
-async def _with_cancel_flag(flag: CancelFlag, run: Coroutine[Any, Any, Outcome]) -> Outcome:
-    current_flag.set(flag)  # in the task's own context
+async def _run_async_job(running: RunningJob, run: Coroutine[Any, Any, Outcome]) -> Outcome:
+    current_flag.set(running.cancel)  # in the task's own context
+    running.task = asyncio.current_task()
     return await run
 
 
