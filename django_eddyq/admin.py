@@ -24,7 +24,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.db.models import Count, Func, OuterRef, Q, Subquery
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import JSONObject
+from django.db.models.functions import Cast, JSONObject
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -32,7 +32,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.text import Truncator, smart_split, unescape_string_literal
+from django.utils.text import Truncator, capfirst, smart_split, unescape_string_literal
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -60,6 +60,20 @@ def _json(value: Any) -> SafeString:
 def format_datetime(value: datetime) -> str:
     """A date and time in the current time zone, as the admin shows them."""
     return date_format(timezone.localtime(value), "DATETIME_FORMAT")
+
+
+def _error_time(value: Any) -> str:
+    """When an attempt failed (an ISO 8601 string in the error entry), as the admin shows
+    times; the text itself if it is not one."""
+    if not isinstance(value, str):
+        return "?"
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_fixed_timezone(0))
+    return format_datetime(moment)
 
 
 def _badge(state: str, label: Any) -> SafeString:
@@ -192,6 +206,7 @@ class EddyqAdmin(ModelAdminBase):
         if request.method == "POST" and object_id is not None:
             raise PermissionDenied  # nothing to save: changes are actions
         extra_context = {
+            "title": capfirst(self.opts.verbose_name),
             **(extra_context or {}),
             "show_save": False,
             "show_save_and_continue": False,
@@ -204,6 +219,7 @@ class EddyqAdmin(ModelAdminBase):
     ) -> HttpResponse:
         if request.method == "POST":
             self.check_post_permission(request)
+        extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
     def check_post_permission(self, request: HttpRequest) -> None:
@@ -283,8 +299,8 @@ class JobAdmin(EstimatingAdmin):
     # Shown as the search box; get_search_results does the searching.
     search_fields = ("=id", "task", "args")
     search_help_text = _(
-        "A job id, part of a task path, or text in the arguments. Searching the arguments "
-        "reads every job: filter first on a large table."
+        "A job id; or words to find in task paths and arguments (put a number in its context, "
+        'like "user_id": 42). Searching words reads every job that the filters keep.'
     )
     ordering = ("-id",)
     sortable_by = ("id",)  # the only order with an index for every filter
@@ -294,44 +310,37 @@ class JobAdmin(EstimatingAdmin):
     change_list_template = "admin/django_eddyq/job/change_list.html"
     change_form_template = "admin/django_eddyq/job/change_form.html"
 
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    "id",
-                    "task",
-                    "queue",
-                    "state_badge",
-                    "attempts",
-                    "priority",
-                    "batch_link",
-                    "unique_key",
-                    "created_at",
-                    "run_at",
-                    "attempted_at",
-                    "finalized_at",
-                    "retention_display",
-                )
-            },
-        ),
-        (_("Arguments"), {"fields": ("args_json", "kwargs_json")}),
-        (_("Result"), {"fields": ("result_json",)}),
-        (_("Errors, one per failed attempt, oldest first"), {"fields": ("errors_display",)}),
-        (
+    summary_fields = (
+        ("id", "state_badge", "attempts", "priority"),
+        ("task", "queue", "batch_link"),
+        ("created_at", "run_at", "attempted_at", "finalized_at"),
+        ("retention_display", "unique_key"),
+    )
+    lease_fields = ("lease_display", ("locked_by", "locked_until", "heartbeat_at"))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The errors first, after the summary: what an operator opens a job for. The lease
+        too, while the job runs; otherwise folded at the end."""
+        running = obj is not None and obj.state == Job.State.RUNNING
+        lease = (
             _("Lease"),
             {
-                "fields": (
-                    "lease_display",
-                    "locked_by",
-                    "locked_until",
-                    "heartbeat_at",
-                    "cancel_requested_at",
-                )
+                "fields": (*self.lease_fields, "cancel_requested_at"),
+                "classes": () if running else ("collapse",),
             },
-        ),
-        (_("Metadata"), {"fields": ("retention_json", "metadata_json")}),
-    )
+        )
+        return (
+            (None, {"fields": self.summary_fields}),
+            *([lease] if running else []),
+            (_("Errors, one per failed attempt, oldest first"), {"fields": ("errors_display",)}),
+            (_("Arguments"), {"fields": ("args_json", "kwargs_json")}),
+            (_("Result"), {"fields": ("result_json",)}),
+            *([] if running else [lease]),
+            (
+                _("Metadata"),
+                {"fields": ("retention_json", "metadata_json"), "classes": ("collapse",)},
+            ),
+        )
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
@@ -350,24 +359,24 @@ class JobAdmin(EstimatingAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
     ) -> tuple[models.QuerySet[Any], bool]:
-        """Every word must match: the id (a number), the task path or the arguments' JSON."""
+        """A number finds the job of that id, at once. Other words must each be part of the
+        task path or of the arguments' JSON, which means reading every job the filters keep."""
+        term = search_term.strip()
+        if term.isdigit():
+            return (queryset.filter(pk=int(term)) if int(term) < 2**63 else queryset.none()), False
         queryset = queryset.alias(
-            args_text=models.functions.Cast("args", models.TextField()),
-            kwargs_text=models.functions.Cast("kwargs", models.TextField()),
+            args_text=Cast("args", models.TextField()),
+            kwargs_text=Cast("kwargs", models.TextField()),
         )
-        for word in smart_split(search_term):
-            if word.startswith(('"', "'")) and word[0] == word[-1] and len(word) > 1:
+        for word in smart_split(term):
+            if word[0] in "\"'" and word[0] == word[-1] and len(word) > 1:
                 word = unescape_string_literal(word)
-            if not word:
-                continue
-            condition = (
-                Q(task__icontains=word)
-                | Q(args_text__icontains=word)
-                | Q(kwargs_text__icontains=word)
-            )
-            if word.isdigit() and int(word) < 2**63:
-                condition |= Q(pk=int(word))
-            queryset = queryset.filter(condition)
+            if word:
+                queryset = queryset.filter(
+                    Q(task__icontains=word)
+                    | Q(args_text__icontains=word)
+                    | Q(kwargs_text__icontains=word)
+                )
         return queryset, False
 
     # Columns and fields.
@@ -444,7 +453,7 @@ class JobAdmin(EstimatingAdmin):
                 '<div class="eddyq-error-heading">{} {} · {} · <strong>{}</strong>{}</div>',
                 _("Attempt"),
                 entry.get("attempt", number),
-                entry.get("at", "?"),
+                _error_time(entry.get("at")),
                 entry.get("error", ""),
                 format_html(" · {} {}", _("rescued from"), entry["rescued_from"])
                 if entry.get("rescued_from")

@@ -258,7 +258,16 @@ def test_search(superuser: Client, term: str, expected: set[str]) -> None:
 
 def test_search_by_id(superuser: Client) -> None:
     jobs = [JobFactory(args=[]) for _ in range(3)]
-    assert ids_listed(superuser.get(JOBS, {"q": str(jobs[1].pk)})) == [jobs[1].pk]
+    JobFactory(args=[jobs[1].pk])  # a number finds the id only, at once
+    assert ids_listed(superuser.get(JOBS, {"q": f" {jobs[1].pk} "})) == [jobs[1].pk]
+    assert ids_listed(superuser.get(JOBS, {"q": str(2**64)})) == []
+
+
+def test_search_for_a_number_in_context(superuser: Client) -> None:
+    wanted = JobFactory(args=[], kwargs={"user_id": 42})
+    JobFactory(args=[], kwargs={"user_id": 420})
+    JobFactory(args=[42], kwargs={})
+    assert ids_listed(superuser.get(JOBS, {"q": '"user_id": 42}'})) == [wanted.pk]
 
 
 def test_jobs_past_their_retention_never_appear(superuser: Client) -> None:
@@ -597,6 +606,19 @@ def test_overview_counts_per_state_and_queue(superuser: Client) -> None:
     html = superuser.get(JOBS).content.decode()
     assert "1 running job is past its lease" in html
     assert "paused since" in html
+
+
+@override_settings(EDDYQ={"RETENTION": RETENTION})
+def test_overview_leaves_out_expired_jobs() -> None:
+    now = timezone.now()
+    JobFactory(finished=True, finalized_at=now - 2 * HOUR)  # expired by RETENTION
+    JobFactory(finished=True, finalized_at=now)
+    JobFactory(state="cancelled", finalized_at=now - HOUR, retention={"cancelled": 60})
+    JobFactory(state="cancelled", finalized_at=now - HOUR)  # kept forever
+    failed_job(finalized_at=now - HOUR, retention={"failed": 7200})
+    counts = {item.state: item.count.value for item in inspection.Overview().states}
+    assert (counts["completed"], counts["cancelled"], counts["failed"]) == (1, 1, 1)
+    assert Job.objects.filter(state__in=["completed", "cancelled", "failed"]).count() == 3
 
 
 def test_overview_estimates_past_its_limit() -> None:

@@ -1,0 +1,250 @@
+"""The admin in a real browser: Debian's chromium, driven by Playwright, against ``live_server``.
+
+An operator's round: log in, filter the jobs to the failed ones, open one and read its
+traceback, retry it and see it leave the failed filter, pause a queue. The failed-jobs list is
+saved as a screenshot in ``docs/_screenshots_tmp/`` (git-ignored); with
+``EDDYQ_DOCS_SCREENSHOTS=1`` it also replaces the one of docs/operators.md.
+
+Without chromium or Playwright these tests skip, except in CI (``CI`` set), where they fail:
+CI installs both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_eddyq.election import ELECTION
+from django_eddyq.models import Job, Leader, Queue
+from tests.factories import JobFactory, QueueFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("EDDYQ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+SCREENSHOTS = REPO / "docs" / "_screenshots_tmp"
+DOCS_SCREENSHOT = REPO / "docs" / "images" / "admin-failed-jobs.png"
+USERNAME, PASSWORD = "operator", "correct horse battery staple"
+TIMEOUT_MS = 15_000
+
+
+def unavailable(reason: str) -> None:
+    """Skip, but not in CI, where a missing browser is a broken setup."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the browser tests must run)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Chromium, for the module. Playwright's sync API runs an event loop in this thread, where
+    Django would refuse the tests' own queries but for DJANGO_ALLOW_ASYNC_UNSAFE."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright is not installed: pip install -e '.[test]'")
+    if not (shutil.which(CHROMIUM) or os.access(CHROMIUM, os.X_OK)):
+        unavailable(f"no chromium at {CHROMIUM}: apt-get install chromium")
+    with pytest.MonkeyPatch.context() as monkeypatch, sync_playwright() as playwright:
+        monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    """A logged-in superuser's page."""
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser(USERNAME, "operator@example.com", PASSWORD)
+    context = browser.new_context(viewport={"width": 1600, "height": 900}, locale="en-US")
+    context.set_default_timeout(TIMEOUT_MS)
+    # The navigation sidebar folded, as an operator who knows the way keeps it.
+    context.add_init_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    page = context.new_page()
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", USERNAME)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#user-tools")
+    yield page
+    context.close()
+
+
+def traceback_of(error: str, frames: list[str]) -> str:
+    lines = ["Traceback (most recent call last):"]
+    for frame in frames:
+        lines += [f'  File "{frame}", in run', "    ..."]
+    return "\n".join([*lines, error]) + "\n"
+
+
+def failed(task: str, queue: str, error: str, frames: list[str], age: timedelta) -> Job:
+    finalized_at = timezone.now() - age
+    job: Job = JobFactory(
+        task=task,
+        queue=queue,
+        state=Job.State.FAILED,
+        attempt=3,
+        max_attempts=3,
+        args=["acct-1042"],
+        kwargs={"region": "eu-west-1"},
+        run_at=finalized_at - timedelta(seconds=2),
+        attempted_at=finalized_at - timedelta(seconds=1),
+        finalized_at=finalized_at,
+        errors=[
+            {
+                "attempt": attempt,
+                "at": (finalized_at - timedelta(minutes=3 - attempt)).isoformat(),
+                "error": error,
+                "exception_class": "builtins." + error.split(":")[0],
+                "traceback": traceback_of(error, frames),
+            }
+            for attempt in (1, 2, 3)
+        ],
+    )
+    return job
+
+
+@pytest.fixture
+def jobs() -> dict[str, Job]:
+    """A small but lifelike queue: some of everything, a few failures, an elected leader."""
+    now = timezone.now()
+    for name in ("default", "emails", "reports"):
+        QueueFactory(name=name)
+    Leader.objects.create(
+        name=ELECTION,
+        leader_id="web-1:4242:9f2c",
+        elected_at=now - timedelta(hours=2),
+        expires_at=now + timedelta(hours=1),
+    )
+    for n in range(12):
+        JobFactory(
+            finished=True,
+            task="demo.tasks.send_welcome_email",
+            queue="emails",
+            args=[n + 1],
+            finalized_at=now - timedelta(minutes=40 - n),
+        )
+    for n in range(3):
+        JobFactory(task="demo.tasks.build_report", queue="reports", args=[f"daily-{n}"])
+    JobFactory(
+        task="demo.tasks.build_report",
+        queue="reports",
+        state=Job.State.RUNNING,
+        attempt=1,
+        locked_by="web-1:4242:9f2c",
+        locked_until=now + timedelta(seconds=50),
+        heartbeat_at=now,
+    )
+    sync = failed(
+        "demo.tasks.flaky_sync",
+        "default",
+        "ConnectionError: the CRM did not answer within 10s",
+        ["demo/tasks.py", "demo/crm.py"],
+        timedelta(minutes=12),
+    )
+    payment = failed(
+        "demo.tasks.charge_card",
+        "default",
+        "PaymentDeclined: card ending 4242 was declined (insufficient funds)",
+        ["demo/tasks.py", "demo/payments.py"],
+        timedelta(minutes=5),
+    )
+    bad_input = failed(
+        "demo.tasks.reject_bad_input",
+        "emails",
+        "ValueError: no email address in {'name': 'no email'}",
+        ["demo/tasks.py"],
+        timedelta(minutes=1),
+    )
+    return {"sync": sync, "payment": payment, "bad_input": bad_input}
+
+
+def failed_ids(page: Any) -> list[int]:
+    links = page.locator("#result_list tbody th.field-id a")
+    return [int(text) for text in links.all_inner_texts()]
+
+
+def save_screenshot(page: Any) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / "admin-failed-jobs.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("EDDYQ_DOCS_SCREENSHOTS"):
+        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOCS_SCREENSHOT)
+    return path
+
+
+def test_filter_read_traceback_retry(page: Any, live_server: Any, jobs: dict[str, Job]) -> None:
+    page.goto(f"{live_server.url}/admin/django_eddyq/job/")
+    assert page.locator("#eddyq-overview").is_visible()
+    assert "runs maintenance" in page.locator("#eddyq-leader").inner_text()
+
+    # Filter to the failed jobs, from the filter sidebar.
+    page.locator("#changelist-filter").get_by_role("link", name="failed", exact=True).click()
+    page.wait_for_url("**state__exact=failed**")
+    expected = sorted((job.pk for job in jobs.values()), reverse=True)
+    assert failed_ids(page) == expected
+    assert page.locator(".eddyq-state-failed").first.is_visible()
+    assert "PaymentDeclined: card ending 4242" in page.locator("#result_list").inner_text()
+    screenshot = save_screenshot(page)
+    assert screenshot.stat().st_size > 10_000
+
+    # Open one and read its traceback, every attempt in order.
+    payment = jobs["payment"]
+    page.locator("#result_list").get_by_role("link", name=str(payment.pk), exact=True).click()
+    page.wait_for_url(f"**/job/{payment.pk}/change/**")
+    tracebacks = page.locator("pre.eddyq-traceback")
+    assert tracebacks.count() == 3
+    text = tracebacks.nth(2).inner_text()
+    assert text.startswith("Traceback (most recent call last):")
+    assert 'File "demo/payments.py"' in text
+    assert "PaymentDeclined: card ending 4242 was declined" in text
+    assert "acct-1042" in page.locator(".field-args_json").inner_text()
+
+    # Retry it: back on its page, available now.
+    page.get_by_role("button", name="Retry now").click()
+    page.wait_for_selector(".messagelist .success")
+    assert "available now" in page.locator(".messagelist").inner_text()
+    assert page.locator(".field-state_badge .eddyq-state-available").is_visible()
+    assert Job.objects.get(pk=payment.pk).state == Job.State.AVAILABLE
+
+    # It has left the failed filter.
+    page.goto(f"{live_server.url}/admin/django_eddyq/job/?state__exact=failed")
+    assert failed_ids(page) == [pk for pk in expected if pk != payment.pk]
+
+
+def test_pause_a_queue(page: Any, live_server: Any, jobs: dict[str, Job]) -> None:
+    page.goto(f"{live_server.url}/admin/django_eddyq/queue/")
+    row = page.locator("#result_list tbody tr", has_text="emails")
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "pause_queues")
+    page.get_by_role("button", name="Run").or_(page.get_by_role("button", name="Go")).click()
+    page.wait_for_selector(".messagelist .success")
+    assert "Paused: emails" in page.locator(".messagelist").inner_text()
+    assert "paused since" in row.inner_text()
+    assert Queue.objects.get(name="emails").is_paused
+    assert not Queue.objects.get(name="default").is_paused
+
+    # The job list's overview says so too.
+    page.goto(f"{live_server.url}/admin/django_eddyq/job/")
+    overview_row = page.locator(".eddyq-overview-queues tr", has_text="emails")
+    assert "paused since" in overview_row.inner_text()
