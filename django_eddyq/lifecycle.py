@@ -7,10 +7,20 @@ import random
 import threading
 from datetime import datetime
 
+import django.db
+import psycopg
+
 logger = logging.getLogger("django_eddyq")
 
 # How long a loop waits after a failing pass grows from this, doubling, up to its interval.
 FIRST_RETRY_SECONDS = 0.5
+# Errors that mean the connection is gone rather than that the pass is wrong.
+DATABASE_UNREACHABLE = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    django.db.OperationalError,
+    django.db.InterfaceError,
+)
 
 
 class Loop:
@@ -97,16 +107,28 @@ class Loop:
             while not self.stopping:
                 try:
                     self.loop_pass()
+                    if failures:
+                        logger.info("eddyq %s: working again", self.name)
                     failures = 0
                     delay = self.next_delay(interval)
-                except Exception:
+                except Exception as error:
                     failures += 1
                     delay = min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
-                    logger.exception(
-                        "eddyq %s: pass failed; trying again in %.1fs", self.name, delay
-                    )
+                    self._log_failure(error, failures, delay)
                     self.on_failure()
                 if not self.stopping:
                     self.wait(delay)
         finally:
             self.on_stop()
+
+    def _log_failure(self, error: Exception, failures: int, delay: float) -> None:
+        """A lost database connection is one WARNING until it is back; a bug is an ERROR each
+        time, with its traceback."""
+        if not isinstance(error, DATABASE_UNREACHABLE):
+            logger.exception("eddyq %s: pass failed; trying again in %.1fs", self.name, delay)
+        elif failures == 1:
+            logger.warning(
+                "eddyq %s: the database is unreachable (%s); retrying with back-off",
+                self.name,
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+            )
