@@ -229,3 +229,14 @@ def test_scheduled_jobs_do_not_wake_workers() -> None:
 def test_invalid_default_queue_setting_is_refused_at_enqueue() -> None:
     with pytest.raises(Exception, match="DEFAULT_QUEUE"):
         jobs.add.enqueue(1, 2)
+
+
+def test_the_returned_job_has_every_field_as_stored() -> None:
+    job = jobs.add.using(retention={"failed": "1d"}, priority=3).enqueue(1, b=2)
+    stored = Job.objects.get(pk=job.pk)
+    for field in Job._meta.concrete_fields:
+        assert getattr(job, field.attname) == getattr(stored, field.attname), field.attname
+    assert job._state.db == stored._state.db
+    assert not job._state.adding
+    job.refresh_from_db()
+    job.save(update_fields=["metadata"])
