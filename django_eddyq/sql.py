@@ -89,6 +89,37 @@ INSERT_JOBS = {
     for unique in (False, True)
 }
 
+# Large enqueues: ids and the transaction's now() first, then COPY, then what the INSERT's CTEs
+# would have done.
+RESERVE_JOB_IDS = """
+SELECT now(), array(
+    SELECT nextval(pg_get_serial_sequence('eddyq_jobs', 'id'))
+    FROM generate_series(1, %(count)s)
+)
+"""
+
+COPY_JOBS = """
+COPY eddyq_jobs (
+    id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+    errors, retention, metadata, batch_id
+) FROM STDIN
+"""
+
+CREATE_AND_TOUCH_QUEUES = (
+    """
+WITH input AS (SELECT unnest(%(queues)s::text[]) AS queue)"""
+    + _TOUCH_QUEUES
+    + """
+SELECT 1
+"""
+)
+
+NOTIFY_NEW_JOBS = f"""
+SELECT count(pg_notify('{JOBS_CHANNEL}', queue)) FROM unnest(%(available_queues)s::text[]) AS queue
+UNION ALL
+SELECT count(pg_notify('{SCHEDULED_CHANNEL}', '')) WHERE %(scheduled)s
+"""
+
 # Before a unique insert: failed and cancelled jobs, and completed ones older than the
 # window, stop holding their key.
 RELEASE_UNIQUE_KEYS = """

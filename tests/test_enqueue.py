@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from django_eddyq import Call, task
 from django_eddyq.db import connection_params
-from django_eddyq.models import Job
+from django_eddyq.models import Job, Queue
 from django_eddyq.sql import JOBS_CHANNEL
 from tests import jobs
 
@@ -240,3 +240,41 @@ def test_the_returned_job_has_every_field_as_stored() -> None:
     assert not job._state.adding
     job.refresh_from_db()
     job.save(update_fields=["metadata"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_enqueue_many_streams_with_copy_and_matches_the_insert() -> None:
+    from django_eddyq.producer import COPY_THRESHOLD
+
+    calls = [(n, n) for n in range(COPY_THRESHOLD)] + [
+        Call(1, b=2),
+    ]
+    with psycopg.connect(**connection_params(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {JOBS_CHANNEL}")
+        created = jobs.add.using(queue="bulk", priority=4).enqueue_many(calls)
+        later = jobs.add.using(run_at=timedelta(hours=1)).enqueue_many([(1, 1)] * COPY_THRESHOLD)
+        assert [n.payload for n in listener.notifies(timeout=0.5, stop_after=1)] == ["bulk"]
+    assert len(created) == COPY_THRESHOLD + 1
+    ids = [job.pk for job in created]
+    assert ids == sorted(ids)
+    stored = {job.pk: job for job in Job.objects.filter(pk__in=ids)}
+    for job in (created[0], created[-1]):
+        for field in Job._meta.concrete_fields:
+            assert getattr(job, field.attname) == getattr(stored[job.pk], field.attname)
+    assert stored[created[-1].pk].kwargs == {"b": 2}
+    assert {job.state for job in later} == {"scheduled"}
+    assert Queue.objects.filter(name="bulk").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_enqueue_many_rolls_back_with_its_transaction() -> None:
+    from django_eddyq.producer import COPY_THRESHOLD
+
+    def enqueue_then_fail() -> None:
+        with transaction.atomic():
+            jobs.add.enqueue_many([(1, 2)] * COPY_THRESHOLD)
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        enqueue_then_fail()
+    assert not Job.all_objects.exists()
