@@ -147,3 +147,77 @@ def fails_when_cancelled() -> None:
 
 def plain_function(x: int) -> int:
     return x * 2
+
+
+# Tasks of the fault suite (tests/faults/).
+
+
+@task(backoff=lambda attempt: 0)
+def record_execution(job_id: int, seconds: float = 0.0) -> int:
+    """Sleeps, then writes one Execution row naming its job, in the handler's own transaction.
+
+    The handlers' own record for the fault suite: one row per execution that got as far as
+    committing. The fault suite passes each job its own id (set by hand before the enqueue
+    commits). No back-off, so that a rescued job runs again as soon as the scheduler sees it.
+    """
+    from django.db import transaction
+
+    time.sleep(seconds)
+    with transaction.atomic():
+        Execution.objects.create(label="execution", job_id=job_id, pid=os.getpid())
+    return job_id
+
+
+@task(timeout="300ms", max_attempts=1)
+def never_returns() -> None:
+    """Blocks its thread for good: only its timeout ends the attempt."""
+    import threading
+
+    threading.Event().wait()
+
+
+@task(max_attempts=1)
+def exits_process(code: int, after: float = 0.0) -> None:
+    """Takes its whole worker process down, as a C extension calling exit() would."""
+    time.sleep(after)
+    os._exit(code)
+
+
+@task(max_attempts=1)
+def segfaults(after: float = 0.0) -> None:
+    """Reads address 0: SIGSEGV for its whole worker process."""
+    import ctypes
+
+    time.sleep(after)
+    ctypes.string_at(0)
+
+
+@task(max_attempts=1)
+def leaves_its_transaction_broken() -> str:
+    """Leaves its connection out of autocommit, in a transaction aborted by an error."""
+    from django.db import DatabaseError, connection, transaction
+
+    transaction.set_autocommit(False)
+    with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM no_such_table")
+    return "left it broken"
+
+
+@task(max_attempts=1)
+def fails_inside_atomic() -> None:
+    """Breaks the transaction of an atomic block, then carries on using it."""
+    from django.db import DatabaseError, connection, transaction
+
+    with transaction.atomic():
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM no_such_table")
+        Execution.objects.create(label="inside a broken atomic", pid=os.getpid())
+
+
+@task(max_attempts=1)
+def kills_its_connection() -> None:
+    """Has the server end its own connection."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
