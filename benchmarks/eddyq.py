@@ -1,0 +1,431 @@
+"""django-eddyq as a benchmark subject: its public API, its worker command, its tables.
+
+Runs with Django set up on ``DATABASE_URL`` (one of the benchmark's own databases) and the test
+project's settings, DEBUG off. Also measures the bare Django ORM insert of the same row, the
+drain with a million completed rows retained, and prints the plans of the hot statements.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common, harness
+
+NOOP = "benchmarks.noop.noop"
+
+
+def setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    import django
+
+    django.setup()
+
+
+class Eddyq(harness.Subject):
+    name = "django-eddyq"
+    worker_exits = True
+    tables = ("eddyq_jobs",)
+
+    def setup(self) -> None:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+    def reset(self) -> None:
+        self.connection.execute("TRUNCATE eddyq_jobs")
+
+    def enqueue_single(self, n: int) -> None:
+        from benchmarks.noop import noop
+
+        for _ in range(n):
+            noop.enqueue()
+
+    def enqueue_many(self, n: int, chunk: int) -> None:
+        from benchmarks.noop import noop
+
+        for start in range(0, n, chunk):
+            noop.enqueue_many([()] * min(chunk, n - start))
+
+    def enqueue_probe(self, key: int) -> None:
+        from benchmarks.probe import probe
+
+        probe.enqueue(key)
+
+    def worker_argv(self, mode: str, options: dict[str, Any]) -> list[str]:
+        argv = [sys.executable, str(common.MANAGE), "eddyq_worker"]
+        argv += ["--concurrency", str(options.get("concurrency", 10))]
+        if options.get("processes", 1) > 1:
+            argv += ["--processes", str(options["processes"])]
+        if mode == "drain":
+            argv.append("--burst")
+        return argv
+
+    def count(self) -> int:
+        return self.scalar("SELECT count(*) FROM eddyq_jobs")
+
+    def pending(self) -> int:
+        return self.scalar(
+            "SELECT count(*) FROM eddyq_jobs"
+            " WHERE state IN ('scheduled', 'available', 'running', 'retryable')"
+        )
+
+    def completed(self) -> int:
+        return self.scalar("SELECT count(*) FROM eddyq_jobs WHERE state = 'completed'")
+
+    def last_completion(self) -> float | None:
+        return self.scalar(
+            "SELECT extract(epoch FROM max(finalized_at))::float8 FROM eddyq_jobs"
+            " WHERE state = 'completed'"
+        )
+
+
+class Retained(Eddyq):
+    """The same queue, its table holding a million completed jobs that are left in place."""
+
+    name = "django-eddyq-retained"
+
+    def reset(self) -> None:
+        self.connection.execute("DELETE FROM eddyq_jobs WHERE id > %s", [self.retained_max_id()])
+
+    def retained_max_id(self) -> int:
+        return self.scalar("SELECT max_id FROM bench_retained") or 0
+
+    def completed(self) -> int:
+        return self.scalar(
+            "SELECT count(*) FROM eddyq_jobs WHERE state = 'completed' AND id > %s",
+            [self.retained_max_id()],
+        )
+
+    def last_completion(self) -> float | None:
+        return self.scalar(
+            "SELECT extract(epoch FROM max(finalized_at))::float8 FROM eddyq_jobs"
+            " WHERE state = 'completed' AND id > %s",
+            [self.retained_max_id()],
+        )
+
+
+def subject(config: dict[str, Any]) -> Eddyq:
+    setup_django()
+    return Eddyq(os.environ["DATABASE_URL"], dict(os.environ))
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands
+
+
+def setup(config: dict[str, Any]) -> dict[str, Any]:
+    subject(config).setup()
+    return {"ok": True}
+
+
+def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
+    """``task.enqueue()`` against the plain inserts it is held to, interleaved.
+
+    In autocommit, one job per call: ``task.enqueue()``; the bare Django ORM insert of the row it
+    stores (``Job.objects.create()``); a raw psycopg ``INSERT ... RETURNING id`` of that row into
+    ``eddyq_jobs``; and one into the minimal table of the raw loop (benchmarks/raw.py). Each
+    does ``n`` jobs, in ``blocks`` blocks taken in turn, so that a busy spell of a shared
+    machine weighs on all four alike. Jobs per second of each.
+    """
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from benchmarks import raw
+    from benchmarks.noop import noop
+    from django_eddyq.models import Job
+
+    connection = psycopg.connect(queue.url, autocommit=True, prepare_threshold=0)
+    for statement in raw.SCHEMA.split(";"):
+        if statement.strip():
+            connection.execute(statement, prepare=False)
+    empty_list, empty_dict = Jsonb([]), Jsonb({})
+
+    def enqueue(count: int) -> None:
+        for _ in range(count):
+            noop.enqueue()
+
+    def orm(count: int) -> None:
+        for _ in range(count):
+            Job.objects.create(
+                task=NOOP, args=[], kwargs={}, queue="default", priority=0, max_attempts=25
+            )
+
+    def same_row(count: int) -> None:
+        for _ in range(count):
+            connection.execute(RAW_INSERT_JOB, (NOOP, empty_list, empty_dict)).fetchone()
+
+    def minimal(count: int) -> None:
+        for _ in range(count):
+            connection.execute(raw.INSERT, (raw.TASK, empty_list)).fetchone()
+
+    methods = {
+        "enqueue_single": enqueue,
+        "orm_insert": orm,
+        "raw_insert_same_row": same_row,
+        "raw_insert": minimal,
+    }
+    queue.reset()
+    connection.execute("TRUNCATE raw_jobs")
+    spent = dict.fromkeys(methods, 0.0)
+    done = dict.fromkeys(methods, 0)
+    names = list(methods)
+    for block in range(blocks):
+        count = n // blocks + (1 if block < n % blocks else 0)
+        for name in names[block % len(names) :] + names[: block % len(names)]:
+            started = time.perf_counter()
+            methods[name](count)
+            spent[name] += time.perf_counter() - started
+            done[name] += count
+    stored = queue.count()
+    if stored != 3 * n:
+        raise RuntimeError(f"{3 * n} rows inserted into eddyq_jobs, {stored} stored")
+    connection.execute("TRUNCATE raw_jobs")
+    connection.close()
+    queue.reset()
+    return {name: done[name] / spent[name] for name in methods}
+
+
+RAW_INSERT_JOB = """
+INSERT INTO eddyq_jobs (
+    task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+    errors, metadata
+)
+VALUES (%s, %s, %s, 'default', 0, 'available', 0, 25, now(), now(), '[]', '{}')
+RETURNING id
+"""
+
+
+def run_round(config: dict[str, Any]) -> dict[str, Any]:
+    queue = subject(config)
+    log_dir = Path(config["log_dir"])
+    timeout = config.get("timeout", 600)
+    wanted = set(config.get("scenarios") or ["single", "many", "drain", "latency"])
+    results: dict[str, Any] = {}
+    if "single" in wanted:
+        try:
+            results.update(single_inserts(queue, config["single"]))
+        except Exception as error:
+            results["enqueue_single"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    if "many" in wanted:
+        harness.guarded(
+            results, "enqueue_many", harness.enqueue_many, queue, config["many"], config["chunk"]
+        )
+    if "drain" in wanted:
+        for key, options in [
+            ("drain_c1", {"concurrency": 1}),
+            ("drain_c10", {"concurrency": 10}),
+            ("drain_p2", {"concurrency": 10, "processes": 2}),
+        ]:
+            harness.guarded(
+                results,
+                key,
+                harness.drain,
+                queue,
+                config["drain"],
+                options,
+                log_dir=log_dir,
+                timeout=timeout,
+            )
+    if "latency" in wanted:
+        harness.guarded(
+            results,
+            "latency",
+            harness.latency,
+            queue,
+            config["latency"],
+            config["interval"],
+            log_dir=log_dir,
+            timeout=timeout,
+        )
+    queue.reset()
+    queue.close()
+    return results
+
+
+# Retained history ---------------------------------------------------------------------------------
+
+LOAD_RETAINED = """
+INSERT INTO eddyq_jobs (
+    task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+    attempted_at, finalized_at, errors, result, metadata
+)
+SELECT %(task)s, '[]'::jsonb, '{}'::jsonb, 'default', 0, 'completed', 1, 25,
+       now() - make_interval(secs => 43200 - i * 0.04),
+       now() - make_interval(secs => 43200 - i * 0.04),
+       now() - make_interval(secs => 43200 - i * 0.04),
+       now() - make_interval(secs => 43200 - i * 0.04 - 0.01),
+       '[]'::jsonb, NULL, '{}'::jsonb
+FROM generate_series(%(first)s, %(last)s) AS i
+"""
+
+
+def load_retained(config: dict[str, Any]) -> dict[str, Any]:
+    """Migrate, then store ``rows`` completed jobs (finalized over the last 12 hours)."""
+    queue = subject(config)
+    queue.setup()
+    rows = config["rows"]
+    started = time.perf_counter()
+    connection = queue.connection
+    for first in range(0, rows, 100_000):
+        connection.execute(
+            LOAD_RETAINED,
+            {"task": NOOP, "first": first, "last": min(first + 100_000, rows) - 1},
+        )
+    connection.execute("VACUUM ANALYZE eddyq_jobs")
+    connection.execute("CREATE TABLE IF NOT EXISTS bench_retained (max_id bigint)")
+    connection.execute("TRUNCATE bench_retained")
+    connection.execute("INSERT INTO bench_retained SELECT max(id) FROM eddyq_jobs")
+    size = queue.scalar("SELECT pg_size_pretty(pg_total_relation_size('eddyq_jobs'))")
+    queue.close()
+    return {"rows": rows, "seconds": time.perf_counter() - started, "size": size}
+
+
+def retained_round(config: dict[str, Any]) -> dict[str, Any]:
+    """Drain on an empty table, then on the table holding the retained rows, back to back."""
+    setup_django()
+    log_dir = Path(config["log_dir"])
+    timeout = config.get("timeout", 600)
+    empty = Eddyq(config["empty_url"], {**os.environ, "DATABASE_URL": config["empty_url"]})
+    full = Retained(config["retained_url"], {**os.environ, "DATABASE_URL": config["retained_url"]})
+    results: dict[str, Any] = {}
+    for key, queue in [("drain_empty", empty), ("drain_retained", full)]:
+        queue.reset()
+        _prefill(queue, config["drain"])
+        harness.guarded(
+            results,
+            key,
+            harness.drain,
+            queue,
+            config["drain"],
+            {"concurrency": 10},
+            log_dir=log_dir,
+            timeout=timeout,
+            prefilled=True,
+        )
+        queue.reset()
+        queue.close()
+    return results
+
+
+def _prefill(queue: Eddyq, n: int) -> None:
+    """enqueue_many into ``queue``'s database, whichever Django's connection points at."""
+    import psycopg
+
+    from benchmarks.noop import noop
+    from django_eddyq import producer
+    from django_eddyq.producer import JobSpec
+
+    with psycopg.connect(queue.url, autocommit=True) as connection:
+        for start in range(0, n, 10_000):
+            specs = [JobSpec.for_task(noop, (), {}) for _ in range(min(10_000, n - start))]
+            with connection.cursor() as cursor:
+                producer.insert_jobs(specs, cursor=cursor)
+
+
+# Plans --------------------------------------------------------------------------------------------
+
+
+def plans(config: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, BUFFERS) of claim, heartbeat and finish, then rolled back.
+
+    On the retained database: a million completed jobs and ``available`` no-op jobs waiting.
+    Each statement runs in a transaction that is rolled back, so the table is left as it was.
+    Also the generic plan (what a prepared statement may settle on after five executions).
+    """
+    import psycopg
+
+    from django_eddyq import sql
+
+    setup_django()
+    url = config["retained_url"]
+    queue = Retained(url, {**os.environ, "DATABASE_URL": url})
+    queue.reset()
+    _prefill(queue, config["available"])
+    queue.vacuum()
+    worker_id = "bench:plans"
+    out: dict[str, Any] = {
+        "rows": queue.scalar("SELECT count(*) FROM eddyq_jobs"),
+        "available": queue.scalar("SELECT count(*) FROM eddyq_jobs WHERE state = 'available'"),
+        "plans": {},
+    }
+    claim_params = {"limit": 10, "worker_id": worker_id, "lease_seconds": 60.0}
+    with psycopg.connect(url) as connection:
+        cursor = psycopg.ClientCursor(connection)
+
+        def explain(statement: str, params: dict[str, Any]) -> list[str]:
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
+            return [row[0] for row in cursor.fetchall()]
+
+        def generic(statement: str) -> list[str]:
+            # GENERIC_PLAN takes $n parameters: number the named ones in order of appearance.
+            numbered = _numbered(statement)
+            rows = connection.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + numbered).fetchall()
+            return [row[0] for row in rows]
+
+        # Claim.
+        out["plans"]["claim (CLAIM_ANY_QUEUE, 10 jobs)"] = explain(
+            sql.CLAIM_ANY_QUEUE, claim_params
+        )
+        connection.rollback()
+        # Heartbeat and finish: of jobs this transaction has just claimed.
+        cursor.execute(sql.CLAIM_ANY_QUEUE, claim_params)
+        claimed = cursor.fetchall()
+        ids = [row[0] for row in claimed]
+        attempts = [row[7] for row in claimed]
+        out["plans"]["heartbeat (HEARTBEAT, 10 jobs)"] = explain(
+            sql.HEARTBEAT, {"ids": ids, "worker_id": worker_id, "lease_seconds": 60.0}
+        )
+        out["plans"]["finish (FINISH_JOBS, 10 jobs)"] = explain(
+            sql.FINISH_JOBS,
+            {
+                "worker_id": worker_id,
+                "ids": ids,
+                "attempts": attempts,
+                "states": ["completed"] * len(ids),
+                "results": [None] * len(ids),
+                "errors": [None] * len(ids),
+                "delays": [None] * len(ids),
+                "attempts_given_back": [0] * len(ids),
+            },
+        )
+        connection.rollback()
+        for label, statement in [
+            ("claim (generic plan)", sql.CLAIM_ANY_QUEUE),
+            ("heartbeat (generic plan)", sql.HEARTBEAT),
+            ("finish (generic plan)", sql.FINISH_JOBS),
+        ]:
+            out["plans"][label] = generic(statement)
+            connection.rollback()
+    queue.reset()
+    queue.close()
+    return out
+
+
+def _numbered(statement: str) -> str:
+    import re
+
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return re.sub(r"%\((\w+)\)s", number, statement)
+
+
+if __name__ == "__main__":
+    common.subject_main(
+        {
+            "setup": setup,
+            "round": run_round,
+            "load_retained": load_retained,
+            "retained_round": retained_round,
+            "plans": plans,
+        }
+    )
