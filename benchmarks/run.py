@@ -749,6 +749,7 @@ def main() -> None:
     log_dir = RESULTS / "logs" / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    commit = _git_commit()
 
     server, origin = start_server(args)
     described = common.server_description(common.database_url(server, "postgres"))
@@ -782,7 +783,7 @@ def main() -> None:
 
     document = {
         "stamp": stamp,
-        "commit": _git_commit(),
+        "commit": commit if _git_commit() == commit else f"{commit} (then {_git_commit()})",
         "seconds": time.time() - started,
         "postgres": {**described, "origin": origin.split(" (")[0]},
         "python": platform.python_version(),
