@@ -3,16 +3,19 @@
 import datetime
 import math
 import re
+from decimal import ROUND_HALF_EVEN, Decimal
 
 UNITS_HINT = "use seconds or units like 500ms, 15s, 5m, 24h, 7d, 3w"
 
-_SECONDS_PER_UNIT = {
-    "ms": 0.001,
-    "s": 1,
-    "m": 60,
-    "h": 60 * 60,
-    "d": 24 * 60 * 60,
-    "w": 7 * 24 * 60 * 60,
+# Text is added up in exact microseconds, so that what format_duration writes reads back as the
+# same duration, to the microsecond, however long.
+_MICROSECONDS_PER_UNIT = {
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60 * 1_000_000,
+    "h": 60 * 60 * 1_000_000,
+    "d": 24 * 60 * 60 * 1_000_000,
+    "w": 7 * 24 * 60 * 60 * 1_000_000,
 }
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 # "ms" comes before "m" so that "500ms" is not read as 500 minutes followed by garbage.
@@ -74,24 +77,32 @@ def format_duration(duration: datetime.timedelta) -> str:
 def _parse_text(text: str, value: str, name: str) -> datetime.timedelta:
     """Read the unsigned ``text``; errors quote ``value``, the text as it was given."""
     if _BARE_NUMBER.fullmatch(text):
-        return _seconds(float(text), value, name)
-    seconds = 0.0
+        return _microseconds(Decimal(text.strip()) * _MICROSECONDS_PER_UNIT["s"], value, name)
+    microseconds = Decimal(0)
     position = 0
     while position < len(text):
         part = _PART.match(text, position)
         if part is None:
             raise ValueError(_not_a_duration(value, name))
         amount, unit = part.groups()
-        seconds += float(amount) * _SECONDS_PER_UNIT[unit.lower()]
+        microseconds += Decimal(amount) * _MICROSECONDS_PER_UNIT[unit.lower()]
         position = part.end()
     if position == 0:  # empty or blank text
         raise ValueError(_not_a_duration(value, name))
-    return _seconds(seconds, value, name)
+    return _microseconds(microseconds, value, name)
 
 
 def _seconds(seconds: float, value: object, name: str) -> datetime.timedelta:
     try:
         return datetime.timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{name}: {value!r} is too long a duration") from None
+
+
+def _microseconds(microseconds: Decimal, value: object, name: str) -> datetime.timedelta:
+    whole = int(microseconds.to_integral_value(ROUND_HALF_EVEN))
+    try:
+        return datetime.timedelta(microseconds=whole)
     except OverflowError:
         raise ValueError(f"{name}: {value!r} is too long a duration") from None
 
