@@ -49,7 +49,7 @@ class Elector(Loop):
         self._valid_until = 0.0  # monotonic; 0 = not leader
         self._leading = False
         for service in self.services:
-            service.may_run = self.holds_lease
+            service.lease_left = self.lease_left
             service.leader_id = worker_id
 
     @property
@@ -58,7 +58,13 @@ class Elector(Loop):
 
     def holds_lease(self) -> bool:
         """True while it is safe to run maintenance: the lease is ours for a while yet."""
-        return self._leading and time.monotonic() < self._step_down_at()
+        return self.lease_left() > 0
+
+    def lease_left(self) -> float:
+        """Seconds before this process must stop running maintenance; 0 when it does not lead."""
+        if not self._leading:
+            return 0.0
+        return max(self._step_down_at() - time.monotonic(), 0.0)
 
     def interval(self) -> float:
         return eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds()

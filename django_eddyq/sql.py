@@ -324,6 +324,13 @@ WHERE leader.name = candidate.name
 RETURNING leader.expires_at
 """
 
+# Before each statement of a maintenance pass: the server cancels the statement, or ends a
+# session idle in its transaction, once the leader lease this process holds is over.
+FENCE_TIMEOUTS = """
+SELECT set_config('statement_timeout', %s, false),
+       set_config('idle_in_transaction_session_timeout', %s, false)
+"""
+
 RESIGN_LEADER = f"""
 WITH resigned AS (
     UPDATE eddyq_leader SET expires_at = now() - interval '1 millisecond'

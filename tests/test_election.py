@@ -6,9 +6,11 @@ import signal
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 from django.test import override_settings
 
@@ -97,6 +99,56 @@ def test_resigning_lets_a_follower_take_over_at_once(short_lease: None) -> None:
         assert leader().leader_id == "second"
     finally:
         second.on_stop()
+
+
+class LockedOut(Service):
+    """A service whose pass waits on a lock, then (if it ever got it) would change a row."""
+
+    name = "locked-out"
+    interval_setting = "SCHEDULER_INTERVAL"
+
+    def run_once(self, now: datetime | None = None) -> int:
+        with self.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM eddyq_jobs")
+            cursor.execute("UPDATE eddyq_jobs SET priority = 7")
+            return cursor.rowcount
+
+
+def test_the_server_cancels_a_statement_of_a_pass_once_the_lease_is_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """However long the process is held up (here by a lock; a SIGSTOP is the fault suite's),
+    no statement of a pass goes on past the process's hold on the lease."""
+    jobs.echo.enqueue()
+    service = LockedOut()
+    lease_ends = time.monotonic() + 0.5
+    service.lease_left = lambda: max(lease_ends - time.monotonic(), 0.0)
+    with psycopg.connect(**connection.get_connection_params()) as locker:
+        locker.execute("LOCK TABLE eddyq_jobs IN ACCESS EXCLUSIVE MODE")
+        assert service.loop_pass() == 0
+        cancelled_at = time.monotonic()
+    assert lease_ends <= cancelled_at < lease_ends + 1.0
+    assert "pass cut short, the leader lease ran out" in caplog.text
+    assert not Job.objects.filter(priority=7).exists()
+    service.on_stop()
+
+
+def test_no_statement_of_a_pass_is_sent_after_the_lease(caplog: pytest.LogCaptureFixture) -> None:
+    service = LockedOut()
+    sent: list[str] = []
+
+    def record_what_ran(execute: Any, statement: str, *args: Any) -> Any:
+        result = execute(statement, *args)
+        sent.append(statement)
+        return result
+
+    # The lease runs out once the first statement has run.
+    service.lease_left = lambda: 1.0 if not sent else 0.0
+    with connection.execute_wrapper(record_what_ran):
+        assert service.loop_pass() == 0
+    assert sent == ["SELECT count(*) FROM eddyq_jobs"]
+    assert "the leader lease ran out before the statement was sent" in caplog.text
+    service.on_stop()
 
 
 def test_a_leader_steps_down_before_its_lease_can_expire(

@@ -285,7 +285,7 @@ def test_changed_schedule_is_followed(reindexer: tuple[Reindexer, Clock, list[da
 
 def test_not_the_leader_no_rebuild(reindexer: tuple[Reindexer, Clock, list[datetime]]) -> None:
     service, clock, passes = reindexer
-    service.may_run = lambda: False
+    service.lease_left = lambda: 0.0
     service.loop_pass()
     clock.now = datetime(2026, 3, 2, 0, 0, tzinfo=UTC)
     assert service.loop_pass() == 0

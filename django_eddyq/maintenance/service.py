@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
+from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.lifecycle import Loop
 
 logger = logging.getLogger("django_eddyq")
+
+
+class LeaseExpired(Exception):
+    """A maintenance pass was about to run a statement after its leader lease ran out."""
 
 
 class Service(Loop):
@@ -36,8 +42,9 @@ class Service(Loop):
 
     def __init__(self) -> None:
         super().__init__()
-        # Set by the elector: a pass only starts while this process holds the leader lease.
-        self.may_run: Callable[[], bool] = lambda: True
+        # Set by the elector: seconds left before this process must stop running maintenance
+        # (0 when it does not lead). Without an elector (tests, eddyq_maintenance) it is endless.
+        self.lease_left: Callable[[], float] = lambda: math.inf
         # The worker id of the elector that runs it, for the logs.
         self.leader_id = ""
 
@@ -48,12 +55,28 @@ class Service(Loop):
     def run_once(self, now: datetime | None = None) -> int:
         raise NotImplementedError
 
+    def may_run(self) -> bool:
+        return self.lease_left() > 0
+
     def loop_pass(self) -> int:
-        """A pass as the loop runs it: skipped unless this process may run maintenance."""
+        """A pass as the loop runs it: skipped unless this process may run maintenance, and
+        fenced by the lease (see ``_fence``); a pass the fence cuts short is a WARNING."""
         if not self.may_run():
             return 0
         started = time.time()
-        count = self.run_once()
+        try:
+            with connections[eddyq_settings.DATABASE].execute_wrapper(self._fence):
+                count = self.run_once()
+        except (LeaseExpired, DatabaseError) as error:
+            if self.may_run():
+                raise
+            logger.warning(
+                "eddyq %s: pass cut short, the leader lease ran out (%s)",
+                self.name,
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+            )
+            self.on_failure()
+            return 0
         if count:
             logger.info("eddyq %s: %d %s", self.name, count, self.verb)
         # Each pass's leader and time window: what an audit of "never two leaders" reads.
@@ -65,6 +88,29 @@ class Service(Loop):
             time.time(),
         )
         return count
+
+    def _fence(
+        self, execute: Callable[..., Any], statement: str, params: Any, many: bool, context: Any
+    ) -> Any:
+        """Send ``statement`` only under the lease, with server-side timeouts that end with it.
+
+        Checking the lease before each statement is not enough: a process paused (or starved)
+        while its statement waits on a lock would go on, once resumed, beside the next leader.
+        The server cancels such a statement, and ends a session idle in a transaction, when
+        this process's hold on the lease ends, which is a renew interval before the lease can
+        expire in the database.
+        """
+        left = self.lease_left()
+        if left <= 0:
+            raise LeaseExpired("the leader lease ran out before the statement was sent")
+        if math.isfinite(left):
+            statement_ms = max(int(left * 1000), 1)
+            # Between the statements of a pass, Python takes milliseconds, not a renew interval.
+            idle_ms = max(
+                int(min(left, eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds()) * 1000), 1
+            )
+            context["cursor"].cursor.execute(sql.FENCE_TIMEOUTS, [str(statement_ms), str(idle_ms)])
+        return execute(statement, params, many, context)
 
     def on_notification(self, _payload: str) -> None:
         self.wake()
