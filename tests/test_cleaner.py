@@ -312,3 +312,12 @@ def test_service_shape() -> None:
     assert cleaner.interval() == 300.0
     with override_settings(EDDYQ={"CLEANER_INTERVAL": None}):
         assert cleaner.interval() is None
+
+
+def test_the_job_table_is_vacuumed_after_a_small_share_of_dead_rows() -> None:
+    """A migration gives eddyq_jobs its own autovacuum settings (docs/performance.md)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'eddyq_jobs'")
+        (options,) = cursor.fetchone()
+    assert "autovacuum_vacuum_scale_factor=0.01" in options
+    assert "autovacuum_vacuum_threshold=1000" in options
