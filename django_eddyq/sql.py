@@ -141,11 +141,17 @@ WHERE name IN (
 )
 """
 
+# Paused queues are left out by an anti-join, which the planner runs as a nested loop beside
+# the claim index's ordered scan: the first jobs found are the ones taken. (Spelled as
+# queue <> ALL(ARRAY(...)), the filter made it read and sort every available job per claim.)
 _CLAIM = """
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' {queue_filter}
-      AND queue <> ALL (ARRAY(SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL))
+      AND NOT EXISTS (
+          SELECT FROM eddyq_queues AS paused
+          WHERE paused.name = eddyq_jobs.queue AND paused.paused_at IS NOT NULL
+      )
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
