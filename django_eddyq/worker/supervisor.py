@@ -3,7 +3,8 @@
 The supervisor runs no jobs and holds no database connection. It forks its children after
 Django is set up and the tasks are imported (so they share that memory), forwards stop signals
 to them, restarts a child that dies, waiting longer after each quick death, and returns once
-every child has stopped.
+every child has stopped. A child whose every handler thread is stuck past its timeout exits with
+``STUCK_EXIT_CODE`` (see ``Worker``), and is restarted like one that died.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django_eddyq.worker.signals import (
     stop_signal_actions,
     supervisor_signal_actions,
 )
-from django_eddyq.worker.worker import Worker
+from django_eddyq.worker.worker import STUCK_EXIT_CODE, Worker, exit_process
 
 logger = logging.getLogger("django_eddyq")
 
@@ -102,6 +103,9 @@ class Supervisor:
             target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
         ).start()
         worker.run()
+        if worker.exit_code:
+            # At once: the interpreter's shutdown could wait for the stuck threads.
+            exit_process(worker.exit_code)
 
     def _reap(self) -> None:
         for slot, (process, started) in list(self._children.items()):
@@ -117,9 +121,12 @@ class Supervisor:
             wait = min(RESTART_FIRST_SECONDS * 2 ** (deaths - 1), RESTART_MAX_SECONDS)
             self._restart_at[slot] = time.monotonic() + wait
             logger.warning(
-                "eddyq supervisor: worker process %s died (exit code %s); restarting in %.0fs",
+                "eddyq supervisor: worker process %s died (exit code %s%s); restarting in %.0fs",
                 process.pid,
                 process.exitcode,
+                ": every slot stuck past its timeout"
+                if process.exitcode == STUCK_EXIT_CODE
+                else "",
                 wait,
             )
 

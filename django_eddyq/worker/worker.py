@@ -9,6 +9,7 @@ import os
 import queue
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -16,7 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from contextlib import nullcontext
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from django.db import connections
@@ -54,6 +55,14 @@ RECONNECT_MAX_SECONDS = 10.0
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 # How many due jobs a burst worker promotes per pass.
 PROMOTE_BATCH = 1000
+# A handler still running this long after its timeout is stuck: its thread (or the event loop)
+# is not coming back. Short, since its job is already recorded as timed out; long enough for a
+# handler that is merely slow to unwind.
+STUCK_GRACE_SECONDS = 3.0
+# How a worker process ends when every one of its slots is stuck (EX_TEMPFAIL: start me again).
+STUCK_EXIT_CODE = 75
+# How long stopping waits for the event loop's thread, then for its cancelled tasks.
+EVENT_LOOP_STOP_SECONDS = 2.0
 
 
 def make_worker_id() -> str:
@@ -72,6 +81,7 @@ class RunningJob:
     cancel: CancelFlag = dataclasses.field(default_factory=CancelFlag)
     future: Future[Outcome] | None = None  # an async handler's result
     task: asyncio.Task[Outcome] | None = None  # an async handler's task, to cancel it
+    stuck_logged: bool = False  # still running past its timeout and the grace: said once
 
 
 class Worker(Loop):
@@ -110,6 +120,7 @@ class Worker(Loop):
         self._threads: list[threading.Thread] = []
         self._work: queue.SimpleQueue[RunningJob | None] = queue.SimpleQueue()
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._event_loop_thread: threading.Thread | None = None
 
         self._running: dict[int, RunningJob] = {}
         self._busy_slots = 0
@@ -121,7 +132,13 @@ class Worker(Loop):
         self._claimed_full_batch = False
         self._claimed_full_batch_before = False
         self._drain_deadline: float | None = None
+        # Timed out, their outcome decided, but their handler has not returned: each still
+        # holds its slot.
+        self._overrun: set[RunningJob] = set()
         self.processed = 0
+        # 0, or STUCK_EXIT_CODE once the worker gave up because every slot was stuck: the
+        # process should exit with it (see exit_process), to be replaced.
+        self.exit_code = 0
 
     # Lifecycle.
     def on_start(self) -> None:
@@ -152,9 +169,10 @@ class Worker(Loop):
             thread.start()
             self._threads.append(thread)
         self._event_loop = asyncio.new_event_loop()
-        threading.Thread(
+        self._event_loop_thread = threading.Thread(
             target=self._event_loop.run_forever, name="eddyq-event-loop", daemon=True
-        ).start()
+        )
+        self._event_loop_thread.start()
         self._next_heartbeat = time.monotonic() + self._heartbeat_seconds()
         logger.info(
             "eddyq worker %s started: queues %s, concurrency %d%s",
@@ -172,11 +190,41 @@ class Worker(Loop):
             self._listener.stop()
         for _ in self._threads:
             self._work.put(None)
-        if self._event_loop is not None:
-            self._event_loop.call_soon_threadsafe(self._event_loop.stop)
+        self._close_event_loop()
         if self._connection is not None:
             self._connection.close()
         logger.info("eddyq worker %s stopped after %d jobs", self.id, self.processed)
+
+    def _close_event_loop(self) -> None:
+        """Stop the event loop, cancel the tasks left on it, and close it.
+
+        A handler that blocks the loop's thread keeps it from stopping: then the loop is left
+        as it is (its thread is a daemon) rather than holding up the stop.
+        """
+        loop, thread = self._event_loop, self._event_loop_thread
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(EVENT_LOOP_STOP_SECONDS)
+            if thread.is_alive():
+                logger.warning(
+                    "eddyq worker %s: its event loop is blocked by a handler; left unclosed",
+                    self.id,
+                )
+                return
+        try:
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=EVENT_LOOP_STOP_SECONDS))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except Exception:
+            logger.exception("eddyq worker %s: shutting its event loop down failed", self.id)
+        finally:
+            # Also shuts the loop's default executor down, without waiting for its threads.
+            loop.close()
 
     def stop(self) -> None:
         """Stop claiming; running jobs get ``shutdown_timeout`` seconds to finish."""
@@ -199,6 +247,11 @@ class Worker(Loop):
                 except psycopg.OperationalError as error:
                     self._reconnect(error)
                     continue
+                if not self.stopping:
+                    stuck = self._stuck_handlers()
+                    if len(stuck) >= self.concurrency:
+                        self._give_up(stuck)
+                        break
                 if self.stopping and (not self._running or self._past_drain_deadline()):
                     break
                 if self.burst and self._idle():
@@ -244,6 +297,14 @@ class Worker(Loop):
         while self._finished:
             running, outcome = self._finished.popleft()
             self._busy_slots -= 1
+            if running in self._overrun:
+                self._overrun.discard(running)
+                if running.stuck_logged:
+                    logger.info(
+                        "eddyq job %s (%s): its handler returned after all, freeing its slot",
+                        running.job.id,
+                        running.job.task,
+                    )
             if not running.settled:
                 running.settled = True
                 if running.cancel.requested and outcome.state != "completed":
@@ -262,8 +323,56 @@ class Worker(Loop):
             ):
                 # The thread can't be killed: it keeps its slot until the handler returns.
                 running.settled = True
+                self._overrun.add(running)
                 outcome = timed_out(running.job, running.handler)
                 self._to_write.append(cancelled(outcome) if running.cancel.requested else outcome)
+
+    def _stuck_handlers(self) -> list[RunningJob]:
+        """The handlers still running ``STUCK_GRACE_SECONDS`` after their timeout, their jobs'
+        outcomes already recorded; each is logged once (a WARNING) while some slot is free."""
+        now = time.monotonic()
+        stuck = sorted(
+            (
+                running
+                for running in self._overrun
+                if _seconds_over(running, now) >= STUCK_GRACE_SECONDS
+                and self._running.get(running.job.id) is not running
+            ),
+            key=lambda running: running.job.id,
+        )
+        if len(stuck) < self.concurrency:
+            for running in stuck:
+                if not running.stuck_logged:
+                    running.stuck_logged = True
+                    logger.warning(
+                        "eddyq job %s (%s): its handler is still running %.1fs after its "
+                        "timeout and keeps its slot: %d of worker %s's %d slots are stuck",
+                        running.job.id,
+                        running.job.task,
+                        _seconds_over(running, now),
+                        len(stuck),
+                        self.id,
+                        self.concurrency,
+                    )
+        return stuck
+
+    def _give_up(self, stuck: list[RunningJob]) -> None:
+        """Every slot is stuck: this worker can run nothing more, so it stops, to be replaced."""
+        now = time.monotonic()
+        self.exit_code = STUCK_EXIT_CODE
+        logger.error(
+            "eddyq worker %s: all %d of its slots are held by handlers still running past their "
+            "timeouts (%s), so it can run no job; stopping, to exit with status %d and be "
+            "replaced by a new process",
+            self.id,
+            self.concurrency,
+            ", ".join(
+                f"job {running.job.id} ({running.job.task}) {_seconds_over(running, now):.1f}s over"
+                for running in stuck
+            ),
+            STUCK_EXIT_CODE,
+        )
+        self.stop()
 
     def _write_outcomes(self, committed: list[Callable[[], None]]) -> int:
         if not self._to_write:
@@ -559,6 +668,10 @@ class Worker(Loop):
         for running in self._running.values():
             if running.deadline is not None and not running.settled:
                 wait = min(wait, max(running.deadline - now, 0.0))
+        for running in self._overrun:
+            # When it will count as stuck (a wait of 0 once it does would spin).
+            if running.deadline is not None and running.deadline + STUCK_GRACE_SECONDS > now:
+                wait = min(wait, running.deadline + STUCK_GRACE_SECONDS - now)
         if self.stopping and self._drain_deadline is not None:
             wait = min(wait, max(self._drain_deadline - now, 0.0))
         return wait
@@ -570,6 +683,23 @@ class Worker(Loop):
     @staticmethod
     def _lease_seconds() -> float:
         return eddyq_settings.STALE_AFTER.total_seconds()
+
+
+def _seconds_over(running: RunningJob, now: float) -> float:
+    """How long a job has run past its timeout (0 without one)."""
+    return 0.0 if running.deadline is None else now - running.deadline
+
+
+def exit_process(code: int) -> NoReturn:
+    """End this process at once with status ``code``, skipping the interpreter's shutdown.
+
+    For a worker that gave up on its stuck handlers (``Worker.exit_code``), after it stopped:
+    the shutdown joins thread pools' threads, and a stuck handler may be holding one forever.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 async def _run_async_job(running: RunningJob, run: Coroutine[Any, Any, Outcome]) -> Outcome:

@@ -13,6 +13,7 @@ from django_eddyq.conf import eddyq_settings
 from django_eddyq.worker import Worker
 from django_eddyq.worker.signals import handle_signals, stop_signal_actions
 from django_eddyq.worker.supervisor import Supervisor
+from django_eddyq.worker.worker import STUCK_EXIT_CODE, exit_process
 
 
 def queue_list(value: str) -> list[str]:
@@ -30,7 +31,11 @@ def positive_int(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "Run eddyq jobs: claim, run and record them until stopped (SIGTERM/SIGINT)."
+    help = (
+        "Run eddyq jobs: claim, run and record them until stopped (SIGTERM/SIGINT). Exits "
+        f"with status {STUCK_EXIT_CODE} when every handler thread is stuck past its timeout, to be "
+        "restarted."
+    )
 
     # The checks run in handle() so that they run under call_command() too: a worker with
     # broken settings must never start.
@@ -101,3 +106,7 @@ class Command(BaseCommand):
         worker = make_worker()
         handle_signals(stop_signal_actions(worker.stop, who=f"worker {worker.id}"))
         worker.run()
+        if worker.exit_code:
+            # Every slot was stuck past its timeout: exit non-zero, at once (the interpreter's
+            # shutdown could wait for the stuck threads), for the process manager to restart it.
+            exit_process(worker.exit_code)

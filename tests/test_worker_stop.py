@@ -1,0 +1,94 @@
+"""How a worker in this process ends: its event loop closed, and giving up when every slot is
+stuck past its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from django_eddyq.models import Job
+from django_eddyq.worker import Worker
+from django_eddyq.worker import worker as worker_module
+from tests import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+RunWorker = Callable[..., Worker]
+
+
+def state(job: Job) -> str:
+    return Job.objects.get(pk=job.pk).state
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_stop_closes_the_event_loop(run_burst_worker: RunWorker) -> None:
+    job = jobs.async_add.enqueue(1, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        worker = run_burst_worker()
+        loop = worker._event_loop
+        assert loop is not None and loop.is_closed()
+        del worker, loop
+        gc.collect()
+    assert state(job) == Job.State.COMPLETED
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_stop_cancels_the_async_handlers_left_and_closes_the_loop(fast_settings: None) -> None:
+    job = jobs.async_waits.enqueue(60)
+    worker = Worker(concurrency=1, shutdown_timeout=0.2, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: state(job) == Job.State.RUNNING)
+        loop = worker._event_loop
+        assert loop is not None
+        [task] = asyncio_tasks(worker)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert loop.is_closed()
+    assert task.cancelled()
+    assert state(job) == Job.State.AVAILABLE  # handed back, not failed by the cancellation
+    assert worker.exit_code == 0
+
+
+def asyncio_tasks(worker: Worker) -> list[asyncio.Task[Any]]:
+    """The handler tasks on the worker's event loop, once they have started."""
+    wait_for(lambda: all(r.task is not None for r in worker._running.values()))
+    return [r.task for r in worker._running.values() if r.task is not None]
+
+
+def test_a_worker_whose_every_slot_is_stuck_stops_with_an_exit_code(
+    fast_settings: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(worker_module, "STUCK_GRACE_SECONDS", 0.5)
+    stuck = jobs.never_returns.enqueue()  # times out after 0.3s; its thread stays blocked
+    worker = Worker(concurrency=1, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert worker.exit_code == worker_module.STUCK_EXIT_CODE
+    assert state(stuck) == Job.State.FAILED
+    [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert f"worker {worker.id}: all 1 of its slots are held by handlers" in error
+    assert f"job {stuck.pk} (tests.jobs.never_returns)" in error
+    # Its loops are stopped: the jobs enqueued now wait for another worker.
+    later = jobs.add.enqueue(1, 1)
+    time.sleep(0.3)
+    assert state(later) == Job.State.AVAILABLE
