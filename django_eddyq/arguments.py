@@ -2,15 +2,37 @@
 
 Tuples become lists, as in Django's Tasks framework. Anything that would not come back from the
 database as it went in is refused with a ``TypeError`` naming where it is.
+
+Floats need care on the way in and out, because jsonb keeps every number as a ``numeric``: the
+integer digits of ``1e+16`` come back as the int 10000000000000000, and ``-0.0`` as ``0.0``
+(``numeric`` has no negative zero). ``dumps`` therefore writes a float of 1e16 or more in
+positional notation with a ``.0`` (``10000000000000000.0``: a numeric with a decimal place, which
+jsonb hands back as written), and ``-0.0`` as a zero of 20 decimal places, which no float is
+written as otherwise and which ``loads`` reads back as ``-0.0``. Plain JSON readers see the same
+numbers (a negative zero as zero). Only text that contains such a float takes the slow path.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+
+# Python turns ints of more digits than this into text only if told to (sys.set_int_max_str_digits)
+# and json.dumps and json.loads, here and in the worker, refuse them otherwise.
+MAX_INT_DIGITS = 4300
+_INT_BOUND = 10**MAX_INT_DIGITS
+# PostgreSQL refuses the escape of a lone surrogate (\ud800) in JSON text.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# How -0.0 is written: PostgreSQL keeps the 20 decimal places but not the sign.
+NEGATIVE_ZERO = "-0." + "0" * 20
+_STORED_NEGATIVE_ZERO = NEGATIVE_ZERO[1:]
+_STORED_NEGATIVE_ZERO_BYTES = _STORED_NEGATIVE_ZERO.encode()
 
 
 def normalize_json(value: Any, *, where: str) -> JSONValue:
@@ -31,17 +53,25 @@ def normalize_arguments(
     for key, value in kwargs.items():
         if not isinstance(key, str):
             raise TypeError(f"keyword argument names must be strings, not {type(key).__name__}")
+        problem = _text_problem(key)
+        if problem is not None:
+            raise TypeError(f"keyword argument name {key!r} contains {problem}")
         normal_kwargs[key] = _normalize(value, f"argument {key!r}", "")
     return normal_args, normal_kwargs
 
 
 def _normalize(value: Any, where: str, path: str) -> JSONValue:
     # bool before int: bool is an int subclass and must stay a bool.
-    if value is None or isinstance(value, bool | str):
-        if isinstance(value, str) and "\x00" in value:
-            raise _error(where, path, "a string containing NUL (\\x00), which jsonb cannot store")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        problem = _text_problem(value)
+        if problem is not None:
+            raise _error(where, path, f"a string containing {problem}")
         return value
     if isinstance(value, int):
+        if not -_INT_BOUND < value < _INT_BOUND:
+            raise _error(where, path, f"an integer of more than {MAX_INT_DIGITS} digits")
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -52,8 +82,9 @@ def _normalize(value: Any, where: str, path: str) -> JSONValue:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _error(where, path, f"a dict key of type {type(key).__name__} ({key!r})")
-            if "\x00" in key:
-                raise _error(where, path, "a dict key containing NUL (\\x00)")
+            problem = _text_problem(key)
+            if problem is not None:
+                raise _error(where, path, f"a dict key containing {problem}")
             result[key] = _normalize(item, where, f"{path}[{key!r}]")
         return result
     if isinstance(value, list | tuple):
@@ -61,6 +92,92 @@ def _normalize(value: Any, where: str, path: str) -> JSONValue:
     raise _error(where, path, f"an object of type {type(value).__name__}")
 
 
+def _text_problem(text: str) -> str | None:
+    """What in ``text`` jsonb cannot store: NUL, or a lone surrogate; None if nothing."""
+    if "\x00" in text:
+        return "NUL (\\x00)"
+    if not text.isascii():
+        surrogate = _SURROGATE.search(text)
+        if surrogate is not None:
+            return f"a lone surrogate (U+{ord(surrogate.group()):04X})"
+    return None
+
+
 def _error(where: str, path: str, what: str) -> TypeError:
     location = f"{where}{path}" if path else where
     return TypeError(f"{location} is {what}, which cannot be stored as JSON")
+
+
+# Writing and reading JSON so that floats come back as the same floats.
+
+
+def dumps(value: Any) -> str:
+    """``value`` as JSON text that jsonb keeps exactly: ``json.dumps``, unless a float of 1e16
+    or more, or ``-0.0``, needs writing another way."""
+    text = json.dumps(value)
+    # json.dumps writes every float of 1e16 or more with "e+", and -0.0 as "-0.0": text without
+    # either (nearly all of it) holds no float to rewrite. Strings holding them take the slow
+    # path for nothing, and come out the same.
+    if "e+" not in text and "-0.0" not in text:
+        return text
+    return _encode(value)
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, Mapping):
+        items = (
+            f"{json.dumps(key if isinstance(key, str) else json.dumps(key))}: {_encode(item)}"
+            for key, item in value.items()
+        )
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_encode(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def _float_text(value: float) -> str:
+    if value == 0 and math.copysign(1.0, value) < 0:
+        return NEGATIVE_ZERO
+    text = float.__repr__(value)
+    if "e+" in text and math.isfinite(value):
+        # Every float this large is a whole number: its digits, and a decimal place to keep it
+        # a float. The shortest repr's digits read back as the same float.
+        return f"{Decimal(text):f}.0"
+    return json.dumps(value)
+
+
+def loads(data: str | bytes) -> Any:
+    """Read JSON text that ``dumps`` wrote and jsonb gave back: ``-0.0`` comes back too."""
+    if isinstance(data, str):
+        plain = _STORED_NEGATIVE_ZERO not in data
+    else:
+        plain = _STORED_NEGATIVE_ZERO_BYTES not in data
+    if plain:
+        return json.loads(data)
+    return json.loads(data, parse_float=_parse_float)
+
+
+def _parse_float(text: str) -> float:
+    if text.lstrip("-") == _STORED_NEGATIVE_ZERO:
+        return -0.0
+    return float(text)
+
+
+class ExactJSONEncoder(json.JSONEncoder):
+    """For a ``JSONField``: writes floats as ``dumps`` does."""
+
+    def encode(self, o: Any) -> str:
+        text = super().encode(o)
+        if "e+" not in text and "-0.0" not in text:
+            return text
+        return _encode(o)
+
+
+class ExactJSONDecoder(json.JSONDecoder):
+    """For a ``JSONField``: reads ``-0.0`` back as ``loads`` does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("parse_float", _parse_float)
+        super().__init__(**kwargs)

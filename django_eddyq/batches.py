@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 
 from django_eddyq import sql
-from django_eddyq.arguments import normalize_arguments
+from django_eddyq.arguments import loads, normalize_arguments
 from django_eddyq.base import Task
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.models import Batch
@@ -124,4 +123,4 @@ def complete_batches(cursor: Any, batch_ids: Sequence[int]) -> list[int]:
 
 def _json(value: Any) -> Any:
     """Django's cursor returns jsonb as text, psycopg's as Python values."""
-    return json.loads(value) if isinstance(value, str) else value
+    return loads(value) if isinstance(value, str) else value

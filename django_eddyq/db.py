@@ -11,7 +11,9 @@ from typing import Any
 
 import psycopg
 from django.db import connections
+from psycopg.types.json import set_json_dumps, set_json_loads
 
+from django_eddyq.arguments import dumps, loads
 from django_eddyq.conf import eddyq_settings
 
 # Django-only keys of the connection parameters; psycopg must not see them.
@@ -33,5 +35,12 @@ def connection_params(alias: str | None = None) -> dict[str, Any]:
 
 
 def connect(alias: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:
-    """An autocommit connection: each statement is its own short transaction."""
-    return psycopg.connect(**connection_params(alias), autocommit=True)
+    """An autocommit connection: each statement is its own short transaction.
+
+    Its JSON goes through ``arguments.dumps`` and ``loads``, so that the floats of claimed
+    arguments and of stored results come back as the same floats.
+    """
+    connection = psycopg.connect(**connection_params(alias), autocommit=True)
+    set_json_dumps(dumps, connection)
+    set_json_loads(loads, connection)
+    return connection

@@ -29,5 +29,10 @@ class TaskNotFound(ImportError):
     """A job names a task path that cannot be imported."""
 
 
+class MalformedJob(TypeError):
+    """A job's stored ``args`` are not a JSON array, or its ``kwargs`` not a JSON object: a row
+    written by something other than enqueue, such as an edit by hand."""
+
+
 class JobRescued(Exception):
     """The attempt's worker stopped renewing its lease; the rescuer took the job back."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from django.db import models
@@ -9,8 +10,28 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from django_eddyq.arguments import ExactJSONDecoder, ExactJSONEncoder
 from django_eddyq.base import PRIORITY_MAX, PRIORITY_MIN
 from django_eddyq.managers import JobManager, QueueDatabaseManager
+
+
+class ExactJSONField(models.JSONField):
+    """A ``JSONField`` whose floats come back as the same floats, ``-0.0`` and ``1e16``
+    included (see ``django_eddyq.arguments``).
+
+    Migrations see a plain ``JSONField``: how floats are written changes no schema.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("encoder", ExactJSONEncoder)
+        kwargs.setdefault("decoder", ExactJSONDecoder)
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> tuple[str, str, Sequence[Any], dict[str, Any]]:
+        name, _path, args, kwargs = super().deconstruct()
+        kwargs.pop("encoder", None)
+        kwargs.pop("decoder", None)
+        return name, "django.db.models.JSONField", args, kwargs
 
 
 class Job(models.Model):
@@ -29,8 +50,8 @@ class Job(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     task = models.CharField(_("task"), max_length=255, help_text=_("module.qualname"))
-    args = models.JSONField(_("positional arguments"), default=list)
-    kwargs = models.JSONField(_("keyword arguments"), default=dict)
+    args = ExactJSONField(_("positional arguments"), default=list)
+    kwargs = ExactJSONField(_("keyword arguments"), default=dict)
     queue = models.CharField(_("queue"), max_length=64, default="default")
     priority = models.SmallIntegerField(
         _("priority"), default=0, help_text=_("From -100 to 100; higher runs first.")
@@ -51,7 +72,7 @@ class Job(models.Model):
     locked_until = models.DateTimeField(_("locked until"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
     errors = models.JSONField(_("errors"), default=list)
-    result = models.JSONField(_("result"), null=True, blank=True)
+    result = ExactJSONField(_("result"), null=True, blank=True)
     batch = models.ForeignKey(
         "Batch",
         verbose_name=_("batch"),
@@ -221,8 +242,8 @@ class Batch(models.Model):
         _("sealed"), default=False, help_text=_("No more jobs can join once sealed.")
     )
     callback_task = models.CharField(_("callback task"), max_length=255, blank=True)
-    callback_args = models.JSONField(_("callback arguments"), default=list)
-    callback_kwargs = models.JSONField(_("callback keyword arguments"), default=dict)
+    callback_args = ExactJSONField(_("callback arguments"), default=list)
+    callback_kwargs = ExactJSONField(_("callback keyword arguments"), default=dict)
     callback_job = models.BigIntegerField(_("callback job id"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)

@@ -17,7 +17,7 @@ from django.db.models.base import ModelState
 from psycopg.types.json import Jsonb
 
 from django_eddyq import sql
-from django_eddyq.arguments import normalize_arguments, normalize_json
+from django_eddyq.arguments import dumps, normalize_arguments, normalize_json
 from django_eddyq.base import validate_queue_name
 from django_eddyq.conf import eddyq_settings
 
@@ -109,8 +109,8 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
         return _copy_jobs(alias, specs)
     params: dict[str, Any] = {
         "tasks": [spec.task for spec in specs],
-        "args": [Jsonb(spec.args) for spec in specs],
-        "kwargs": [Jsonb(spec.kwargs) for spec in specs],
+        "args": [Jsonb(spec.args, dumps) for spec in specs],
+        "kwargs": [Jsonb(spec.kwargs, dumps) for spec in specs],
         "queues": [spec.queue for spec in specs],
         "priorities": [spec.priority for spec in specs],
         "max_attempts": [spec.max_attempts for spec in specs],
@@ -158,8 +158,8 @@ def _copy_jobs(alias: str, specs: Sequence[JobSpec]) -> list[Job]:
                     (
                         job_id,
                         spec.task,
-                        Jsonb(spec.args),
-                        Jsonb(spec.kwargs),
+                        Jsonb(spec.args, dumps),
+                        Jsonb(spec.kwargs, dumps),
                         spec.queue,
                         spec.priority,
                         state,

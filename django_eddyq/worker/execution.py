@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from django_eddyq.arguments import normalize_json
-from django_eddyq.exceptions import Discard, Snooze
+from django_eddyq.exceptions import Discard, MalformedJob, Snooze
 from django_eddyq.handlers import Attempt, Handler, retry_delay
 
 logger = logging.getLogger("django_eddyq")
@@ -89,6 +89,21 @@ def returned(job: ClaimedJob) -> Outcome:
     return Outcome(job, "available", attempt_given_back=1)
 
 
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def check_stored_arguments(job: ClaimedJob) -> None:
+    """Raise ``MalformedJob`` if the row's args are not a JSON array or its kwargs not an
+    object, rather than let the call spread a string or an object's keys into arguments."""
+    for column, value, wanted in (("args", job.args, list), ("kwargs", job.kwargs, dict)):
+        if type(value) is not wanted:
+            found = "null" if value is None else JSON_TYPES.get(type(value), "a number")
+            raise MalformedJob(
+                f"the stored {column} of job {job.id} are malformed: {found}, not "
+                f"{JSON_TYPES[wanted]}"
+            )
+
+
 def _settle(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
     try:
         result = normalize_json(value, where=f"the return value of {job.task}")
@@ -113,6 +128,7 @@ def run_sync(job: ClaimedJob, handler: Handler) -> Outcome:
     """
     try:
         close_old_connections()
+        check_stored_arguments(job)
         if handler.hooks is not None:
             return _run_hooked(job, handler, handler.hooks.begin(job))
         value = handler.func(*job.args, **job.kwargs)
@@ -132,6 +148,7 @@ async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
     deadline = asyncio.timeout(handler.timeout)
     try:
         await sync_to_async(close_old_connections)()
+        check_stored_arguments(job)
         if handler.hooks is not None:
             attempt = await handler.hooks.abegin(job)
             outcome = await _call_async(job, handler, deadline, attempt.args, attempt.kwargs)
