@@ -44,9 +44,12 @@ def normalize_arguments(
     args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> tuple[list[Any], dict[str, Any]]:
     """Normalise a call's arguments; the error names the argument and the path inside it."""
-    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+    # Exact type checks first: the ABC checks cost more than the rest of a no-argument call.
+    if (type(args) is not tuple and type(args) is not list) and (
+        isinstance(args, str | bytes) or not isinstance(args, Sequence)
+    ):
         raise TypeError(f"positional arguments must be a list or tuple, not {type(args).__name__}")
-    if not isinstance(kwargs, Mapping):
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         raise TypeError(f"keyword arguments must be a mapping, not {type(kwargs).__name__}")
     normal_args = [_normalize(value, f"argument {index}", "") for index, value in enumerate(args)]
     normal_kwargs: dict[str, Any] = {}

@@ -137,22 +137,20 @@ class Task[**P, R]:
         """
         from django_eddyq.producer import JobSpec, insert_jobs
 
-        specs = []
-        for index, call in enumerate(calls):
-            args, kwargs = _split_call(call, index)
-            specs.append(JobSpec.for_task(self, args, kwargs))
-        return insert_jobs(specs)
+        return insert_jobs(
+            JobSpec.for_calls(self, (_split_call(call, index) for index, call in enumerate(calls)))
+        )
 
 
 def _split_call(
     call: Sequence[Any] | Mapping[str, Any] | Call, index: int
 ) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    if isinstance(call, tuple | list):
+        return call, {}
     if isinstance(call, Call):
         return call.args, call.kwargs
     if isinstance(call, Mapping):
         return (), call
-    if isinstance(call, list | tuple):
-        return call, {}
     raise TypeError(
         f"enqueue_many item {index} must be a tuple of positional arguments, a dict of keyword "
         f"arguments or a Call(...), not {type(call).__name__}"
