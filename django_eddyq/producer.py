@@ -129,6 +129,9 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     alias = eddyq_settings.DATABASE
     if cursor is None and len(specs) >= COPY_THRESHOLD and all(s.unique_key is None for s in specs):
         return _copy_jobs(alias, specs)
+    touch = _queues_to_touch(alias, specs, django_transaction=cursor is None)
+    if len(specs) == 1 and specs[0].unique_key is None and not touch:
+        return _insert_one(alias, specs[0], cursor)
     params: dict[str, Any] = {
         "tasks": [spec.task for spec in specs],
         "args": [Jsonb(spec.args, dumps) for spec in specs],
@@ -144,7 +147,6 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
         "unique_keys": [spec.unique_key for spec in specs],
     }
     unique = any(spec.unique_key is not None for spec in specs)
-    touch = _queues_to_touch(alias, specs, django_transaction=cursor is None)
     statement = sql.INSERT_JOBS[(touch, unique)]
     if not unique:
         if cursor is None:
@@ -156,6 +158,30 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
             rows = cursor.fetchall()
         return _jobs(alias, specs, rows)
     return _insert_unique(alias, specs, statement, params)
+
+
+def _insert_one(alias: str, spec: JobSpec, cursor: Any) -> list[Job]:
+    params = {
+        "task": spec.task,
+        "args": Jsonb(spec.args, dumps),
+        "kwargs": Jsonb(spec.kwargs, dumps),
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "run_at": spec.run_at,
+        "delay": spec.delay,
+        "retention": None if spec.retention is None else Jsonb(spec.retention),
+        "metadata": Jsonb(normalize_json(spec.metadata, where="metadata")),
+        "batch_id": spec.batch_id,
+    }
+    if cursor is None:
+        with bound_cursor(alias) as own_cursor:
+            own_cursor.execute(sql.INSERT_ONE_JOB, params)
+            rows = own_cursor.fetchall()
+    else:
+        cursor.execute(sql.INSERT_ONE_JOB, params)
+        rows = cursor.fetchall()
+    return _jobs(alias, [spec], rows)
 
 
 # From this many jobs, enqueue_many streams them with COPY, several times faster than an INSERT
@@ -245,7 +271,7 @@ def bound_cursor(alias: str) -> Iterator[psycopg.Cursor[Any]]:
     arrays into the SQL text, the slowest part of a large ``enqueue_many``."""
     connection = connections[alias]
     connection.ensure_connection()
-    with connection.wrap_database_errors, connection.connection.cursor() as cursor:
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
 
 
