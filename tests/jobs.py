@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -221,3 +223,35 @@ def kills_its_connection() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+class Overlap:
+    """How many handlers of the probes below run at once, and the most that ever did."""
+
+    lock = threading.Lock()
+    now = 0
+    most = 0
+
+    @classmethod
+    @contextlib.contextmanager
+    def counting(cls) -> Iterator[None]:
+        with cls.lock:
+            cls.now += 1
+            cls.most = max(cls.most, cls.now)
+        try:
+            yield
+        finally:
+            with cls.lock:
+                cls.now -= 1
+
+
+@task
+def overlap_probe(seconds: float) -> None:
+    with Overlap.counting():
+        time.sleep(seconds)
+
+
+@task
+async def async_overlap_probe(seconds: float) -> None:
+    with Overlap.counting():
+        await asyncio.sleep(seconds)

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -15,6 +16,7 @@ from demo.models import Execution
 from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
 from django_eddyq.worker import Worker
+from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
 
@@ -401,3 +403,86 @@ def test_a_task_module_that_fails_to_import_fails_the_job_not_the_worker(
     assert "RuntimeError('this module cannot be imported')" in stored.errors[0]["error"]
     assert stored.errors[0]["worker"]
     assert refreshed(after).state == Job.State.COMPLETED
+
+
+def test_claims_ahead_only_while_its_jobs_finish_quickly() -> None:
+    worker = Worker(concurrency=4)
+    assert worker._claim_room() == 4  # nothing has finished yet: no pace to go by
+    worker._run_seconds = 0.0005
+    assert worker._claim_room() == 4 * (1 + CLAIM_AHEAD_FACTOR)
+    # Jobs of 10 ms: four slots finish one every 2.5 ms, 8 of them within CLAIM_AHEAD_SECONDS.
+    worker._run_seconds = 0.01
+    assert worker._claim_room() == 4 + 8
+    worker._run_seconds = 1.0
+    assert worker._claim_room() == 4
+
+
+@pytest.mark.parametrize("probe", [jobs.overlap_probe, jobs.async_overlap_probe])
+def test_jobs_claimed_ahead_never_run_more_handlers_than_the_concurrency(
+    run_burst_worker: RunWorker, monkeypatch: pytest.MonkeyPatch, probe: Any
+) -> None:
+    claimed: list[int] = []
+    claim = Worker._claim
+
+    def counted_claim(self: Worker, committed: list[Callable[[], None]]) -> int:
+        claimed.append(claim(self, committed))
+        return claimed[-1]
+
+    monkeypatch.setattr(Worker, "_claim", counted_claim)
+    monkeypatch.setattr(jobs.Overlap, "most", 0)
+    probe.enqueue_many([(0.002,)] * 60)
+
+    run_burst_worker(concurrency=3)
+
+    assert Job.objects.filter(state=Job.State.COMPLETED).count() == 60
+    assert max(claimed) > 3, claimed  # it did claim ahead
+    assert jobs.Overlap.most == 3
+
+
+def test_stop_hands_back_the_jobs_claimed_ahead_at_once(fast_settings: None) -> None:
+    running = jobs.nap.enqueue(5)
+    waiting = [jobs.record.enqueue(f"waiting-{n}") for n in range(3)]
+    worker = Worker(concurrency=1, shutdown_timeout=5, maintenance=False)
+    worker._run_seconds = 0.0001  # a quick pace so far: it claims three jobs ahead
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while Job.objects.filter(state=Job.State.RUNNING).count() < 4:
+            assert time.monotonic() < deadline, "the four jobs were not claimed"
+            time.sleep(0.02)
+        worker.stop()
+        # Long before the running job's shutdown timeout, the others are available again.
+        deadline = time.monotonic() + 2
+        while {refreshed(job).state for job in waiting} != {Job.State.AVAILABLE}:
+            assert time.monotonic() < deadline, "the jobs claimed ahead were not handed back"
+            time.sleep(0.02)
+        assert refreshed(running).state == Job.State.RUNNING
+    finally:
+        thread.join(10)
+    assert not thread.is_alive()
+    assert not Execution.objects.exists()
+    assert all(refreshed(job).attempt == 0 for job in waiting)
+
+
+def test_a_job_cancelled_before_it_started_never_runs(fast_settings: None) -> None:
+    jobs.nap.enqueue(1)
+    cancelled = jobs.record.enqueue("cancelled")
+    worker = Worker(concurrency=1, maintenance=False)
+    worker._run_seconds = 0.0001
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while refreshed(cancelled).state != Job.State.RUNNING:
+            assert time.monotonic() < deadline, "the job was not claimed"
+            time.sleep(0.02)
+        refreshed(cancelled).cancel()
+        deadline = time.monotonic() + 5
+        while refreshed(cancelled).state != Job.State.CANCELLED:
+            assert time.monotonic() < deadline, "the cancel did not reach the worker"
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not Execution.objects.filter(label="cancelled").exists()

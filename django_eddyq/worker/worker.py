@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_until_done
 from contextlib import nullcontext
 from datetime import datetime
 from typing import Any, NoReturn
@@ -61,6 +62,15 @@ PROMOTE_BATCH = 1000
 STUCK_GRACE_SECONDS = 3.0
 # How a worker process ends when every one of its slots is stuck (EX_TEMPFAIL: start me again).
 STUCK_EXIT_CODE = 75
+# Claiming ahead: while jobs finish quickly, a pass claims more jobs than it has free slots, so
+# that one commit serves more of them; handler threads take the next one as soon as they are
+# free. The extra ones wait about this long at most at the recent pace of the worker's jobs
+# (none are claimed ahead of slow jobs, so that other workers get them)...
+CLAIM_AHEAD_SECONDS = 0.02
+# ... and never more than this many times its concurrency.
+CLAIM_AHEAD_FACTOR = 3
+# How much each finished job moves the average run time (an exponential moving average).
+RUN_TIME_WEIGHT = 0.2
 # How long stopping waits for the event loop's thread, then for its cancelled tasks.
 EVENT_LOOP_STOP_SECONDS = 2.0
 
@@ -82,14 +92,17 @@ class RunningJob:
     future: Future[Outcome] | None = None  # an async handler's result
     task: asyncio.Task[Outcome] | None = None  # an async handler's task, to cancel it
     stuck_logged: bool = False  # still running past its timeout and the grace: said once
+    started_at: float | None = None  # time.monotonic() when a handler thread started it
 
 
 class Worker(Loop):
     """One worker process's job loop.
 
     The main thread owns all bookkeeping and the worker's own database connection; handler
-    threads and the event loop only hand back outcomes. Each pass writes the finished jobs in
-    one statement, renews leases when due, then claims as many jobs as there are free slots.
+    threads only take queued jobs (from ``_ready``, which the main thread may take them back
+    from) and hand back outcomes. Each pass writes the finished jobs in
+    one statement, renews leases when due, then claims as many jobs as there are free slots
+    (and, while its jobs finish quickly, a few more: see ``_claim_room``).
     """
 
     name = "worker"
@@ -123,7 +136,11 @@ class Worker(Loop):
         self._event_loop_thread: threading.Thread | None = None
 
         self._running: dict[int, RunningJob] = {}
+        # Claimed and queued for the handler threads, not yet started. Whoever pops a job first
+        # (a thread starting it, or the main thread taking it back) has it.
+        self._ready: dict[int, RunningJob] = {}
         self._busy_slots = 0
+        self._run_seconds: float | None = None  # the recent average, from start to collected
         self._finished: deque[tuple[RunningJob, Outcome]] = deque()  # appended by handlers
         self._cancel_requests: deque[int] = deque()  # appended by the listener
         self._queues_touched_at: dict[str, float] = {}
@@ -271,11 +288,13 @@ class Worker(Loop):
         """
         self._apply_cancel_requests()
         self._collect_finished()
+        if self.stopping:
+            self._return_ready()
         self._check_deadlines()
         self._claimed_full_batch_before = self._claimed_full_batch
         self._claimed_full_batch = False
         heartbeat_due = time.monotonic() >= self._next_heartbeat
-        claiming = not self.stopping and self.concurrency > self._busy_slots
+        claiming = not self.stopping and self._claim_room() > 0
         statements = bool(self._to_write) + heartbeat_due + claiming * (1 + self.burst)
         committed: list[Callable[[], None]] = []
         assert self._connection is not None
@@ -297,6 +316,13 @@ class Worker(Loop):
         while self._finished:
             running, outcome = self._finished.popleft()
             self._busy_slots -= 1
+            if running.started_at is not None:
+                took = time.monotonic() - running.started_at
+                self._run_seconds = (
+                    took
+                    if self._run_seconds is None
+                    else self._run_seconds + RUN_TIME_WEIGHT * (took - self._run_seconds)
+                )
             if running in self._overrun:
                 self._overrun.discard(running)
                 if running.stuck_logged:
@@ -470,15 +496,25 @@ class Worker(Loop):
         self._cancel_requests.extend(row[0] for row in rows if row[1])
         self._apply_cancel_requests()
         for job_id in held:
-            if job_id not in renewed:
-                running = self._running.pop(job_id)
-                running.settled = True
+            if job_id in renewed:
+                continue
+            running = self._running.pop(job_id)
+            running.settled = True
+            if self._ready.pop(job_id, None) is not None:
+                self._busy_slots -= 1
                 logger.warning(
-                    "eddyq job %s (%s) is no longer this worker's: its lease was lost; "
-                    "its handler's result will be discarded",
+                    "eddyq job %s (%s) is no longer this worker's: its lease was lost before "
+                    "it started; it will not run here",
                     job_id,
                     running.job.task,
                 )
+                continue
+            logger.warning(
+                "eddyq job %s (%s) is no longer this worker's: its lease was lost; "
+                "its handler's result will be discarded",
+                job_id,
+                running.job.task,
+            )
 
     def _promote_due(self) -> int:
         statement, params = (
@@ -490,7 +526,7 @@ class Worker(Loop):
         return int(rows[0][0])
 
     def _claim(self, committed: list[Callable[[], None]]) -> int:
-        free = self.concurrency - self._busy_slots
+        free = self._claim_room()
         statement, params = (
             (sql.CLAIM_FROM_QUEUES, {"queues": self.queues})
             if self.queues
@@ -508,13 +544,37 @@ class Worker(Loop):
         jobs = sorted((ClaimedJob(*row) for row in rows), key=_claim_order)
         self._touch_queues({job.queue for job in jobs})
         self._claimed_full_batch = len(jobs) == free
-        committed.append(lambda: self._start_all(jobs))
+        committed.append(lambda: self._ready_to_start(jobs))
         return len(jobs)
 
-    def _start_all(self, jobs: list[ClaimedJob]) -> None:
+    def _claim_room(self) -> int:
+        """How many jobs a claim may take now: the free slots, and while jobs finish quickly,
+        some to start as soon as slots free up."""
+        ahead = 0
+        if self._run_seconds is not None:
+            pace = self.concurrency * CLAIM_AHEAD_SECONDS / max(self._run_seconds, 1e-6)
+            ahead = min(self.concurrency * CLAIM_AHEAD_FACTOR, int(pace))
+        return self.concurrency + ahead - self._busy_slots
+
+    def _ready_to_start(self, jobs: list[ClaimedJob]) -> None:
         self._busy_slots += len(jobs)
         for job in jobs:
             self._start(job)
+
+    def _take_back(self, job_id: int) -> RunningJob | None:
+        """The job, if no handler thread has started it yet, which now none will."""
+        running = self._ready.pop(job_id, None)
+        if running is not None:
+            running.settled = True
+            self._busy_slots -= 1
+        return running
+
+    def _return_ready(self) -> None:
+        """When stopping, jobs not yet started go back to available at once."""
+        for job_id in list(self._ready):
+            running = self._take_back(job_id)
+            if running is not None:
+                self._to_write.append(returned(running.job))
 
     def _touch_queues(self, queues: set[str]) -> None:
         """Claims keep their queues' rows fresh for the queue cleaner, every few seconds."""
@@ -533,36 +593,44 @@ class Worker(Loop):
             self._running[job.id] = running
             self._finished.append((running, failure(job, None, error)))
             return
-        deadline = time.monotonic() + handler.timeout if handler.timeout is not None else None
-        running = RunningJob(job, handler, deadline)
+        running = RunningJob(job, handler, None)
         self._running[job.id] = running
-        if handler.is_async:
-            assert self._event_loop is not None
-            running.future = asyncio.run_coroutine_threadsafe(
-                _run_async_job(running, run_async(job, handler)), self._event_loop
-            )
-            running.future.add_done_callback(lambda done: self._async_done(running, done))
-        else:
-            self._work.put(running)
+        self._ready[job.id] = running
+        self._work.put(running)
 
     # Handler side: runs on handler threads and the event loop thread.
     def _handler_thread(self) -> None:
+        """Runs jobs one at a time: a thread is a slot, for async handlers too (it waits for
+        the event loop to run them), so that ``concurrency`` bounds both."""
         while (running := self._work.get()) is not None:
-            assert running.handler is not None
-            token = current_flag.set(running.cancel)
-            try:
-                outcome = run_sync(running.job, running.handler)
-            finally:
-                current_flag.reset(token)
+            if self._ready.pop(running.job.id, None) is None:
+                continue  # taken back before it started: stopping, cancelled, lease lost
+            handler = running.handler
+            assert handler is not None
+            running.started_at = time.monotonic()
+            if handler.timeout is not None:
+                running.deadline = running.started_at + handler.timeout
+            if handler.is_async:
+                outcome = self._run_on_event_loop(running, handler)
+            else:
+                token = current_flag.set(running.cancel)
+                try:
+                    outcome = run_sync(running.job, handler)
+                finally:
+                    current_flag.reset(token)
             self._finished.append((running, outcome))
             self.wake()
 
-    def _async_done(self, running: RunningJob, done: Future[Outcome]) -> None:
+    def _run_on_event_loop(self, running: RunningJob, handler: Handler) -> Outcome:
+        assert self._event_loop is not None
+        done = asyncio.run_coroutine_threadsafe(
+            _run_async_job(running, run_async(running.job, handler)), self._event_loop
+        )
+        running.future = done
+        wait_until_done([done])
         # A cancelled future or a BaseException from the handler still ends as an outcome.
         error = asyncio.CancelledError() if done.cancelled() else done.exception()
-        outcome = failure(running.job, running.handler, error) if error else done.result()
-        self._finished.append((running, outcome))
-        self.wake()
+        return failure(running.job, handler, error) if error else done.result()
 
     def _on_control_notification(self, payload: str) -> None:
         kind, _, job_id = payload.partition(":")
@@ -572,7 +640,15 @@ class Worker(Loop):
 
     def _apply_cancel_requests(self) -> None:
         while self._cancel_requests:
-            running = self._running.get(self._cancel_requests.popleft())
+            job_id = self._cancel_requests.popleft()
+            waiting = self._take_back(job_id)
+            if waiting is not None:
+                self._to_write.append(cancelled(returned(waiting.job)))
+                logger.info(
+                    "eddyq job %s (%s): cancelled before it started", job_id, waiting.job.task
+                )
+                continue
+            running = self._running.get(job_id)
             if running is None or running.settled or running.cancel.requested:
                 continue
             running.cancel.requested = True
@@ -624,6 +700,7 @@ class Worker(Loop):
     def _hand_back_unfinished(self) -> None:
         """Jobs still running at shutdown go back to available, their attempt not counted."""
         self._collect_finished()
+        self._return_ready()
         self._to_write.extend(
             # A job cancelled while it ran ends cancelled, not back in the queue.
             cancelled(returned(running.job)) if running.cancel.requested else returned(running.job)
