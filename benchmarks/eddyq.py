@@ -393,11 +393,15 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
             },
         )
         connection.rollback()
+        # EXPLAIN (GENERIC_PLAN) came with PostgreSQL 16.
         for label, statement in [
             ("claim (generic plan)", sql.CLAIM_ANY_QUEUE),
             ("heartbeat (generic plan)", sql.HEARTBEAT),
             ("finish (generic plan)", sql.FINISH_JOBS),
         ]:
+            if connection.info.server_version < 160000:
+                out["plans"][label] = ["(EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 or later)"]
+                continue
             out["plans"][label] = generic(statement)
             connection.rollback()
     queue.reset()
