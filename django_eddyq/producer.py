@@ -149,14 +149,7 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     unique = any(spec.unique_key is not None for spec in specs)
     statement = sql.INSERT_JOBS[(touch, unique)]
     if not unique:
-        if cursor is None:
-            with bound_cursor(alias) as own_cursor:
-                own_cursor.execute(statement, params)
-                rows = own_cursor.fetchall()
-        else:
-            cursor.execute(statement, params)
-            rows = cursor.fetchall()
-        return _jobs(alias, specs, rows)
+        return _jobs(alias, specs, _fetch_all(alias, cursor, statement, params))
     return _insert_unique(alias, specs, statement, params)
 
 
@@ -174,14 +167,19 @@ def _insert_one(alias: str, spec: JobSpec, cursor: Any) -> list[Job]:
         "metadata": Jsonb(normalize_json(spec.metadata, where="metadata")),
         "batch_id": spec.batch_id,
     }
-    if cursor is None:
-        with bound_cursor(alias) as own_cursor:
-            own_cursor.execute(sql.INSERT_ONE_JOB, params)
-            rows = own_cursor.fetchall()
-    else:
-        cursor.execute(sql.INSERT_ONE_JOB, params)
-        rows = cursor.fetchall()
-    return _jobs(alias, [spec], rows)
+    return _jobs(alias, [spec], _fetch_all(alias, cursor, sql.INSERT_ONE_JOB, params))
+
+
+def _fetch_all(
+    alias: str, cursor: Any, statement: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run ``statement`` on ``cursor``, or on a cursor of Django's connection for ``alias``."""
+    if cursor is not None:
+        cursor.execute(statement, params)
+        return list(cursor.fetchall())
+    with bound_cursor(alias) as own_cursor:
+        own_cursor.execute(statement, params)
+        return own_cursor.fetchall()
 
 
 # From this many jobs, enqueue_many streams them with COPY, several times faster than an INSERT

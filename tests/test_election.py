@@ -280,7 +280,9 @@ def test_exactly_one_process_leads_and_sigkill_hands_over_within_a_lease(
     leading.wait(5)
     killed_at = time.monotonic()
     wait_for(lambda: leader_pid() == following.pid, seconds=10)
-    assert time.monotonic() - killed_at < 2.0 + 1.0  # one lease, plus a renew interval of slack
+    # The documented bound: one lease (2 s), plus one renew interval (0.5 s, how often followers
+    # campaign, give or take its jitter), plus slack for a busy machine, as the fault suite's.
+    assert time.monotonic() - killed_at < 2.0 + 0.5 + 0.7
 
 
 @pytest.mark.processes

@@ -100,9 +100,9 @@ class Worker(Loop):
 
     The main thread owns all bookkeeping and the worker's own database connection; handler
     threads only take queued jobs (from ``_ready``, which the main thread may take them back
-    from) and hand back outcomes. Each pass writes the finished jobs in
-    one statement, renews leases when due, then claims as many jobs as there are free slots
-    (and, while its jobs finish quickly, a few more: see ``_claim_room``).
+    from) and hand back outcomes. Each pass writes the finished jobs in one statement, renews
+    leases when due, then claims as many jobs as there are free slots (and, while its jobs
+    finish quickly, a few more: see ``_claim_room``).
     """
 
     name = "worker"
@@ -500,8 +500,7 @@ class Worker(Loop):
                 continue
             running = self._running.pop(job_id)
             running.settled = True
-            if self._ready.pop(job_id, None) is not None:
-                self._busy_slots -= 1
+            if self._take_back(job_id) is not None:
                 logger.warning(
                     "eddyq job %s (%s) is no longer this worker's: its lease was lost before "
                     "it started; it will not run here",
