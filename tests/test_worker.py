@@ -16,7 +16,7 @@ from demo.models import Execution
 from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
 from django_eddyq.worker import Worker
-from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR
+from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
 
@@ -486,3 +486,36 @@ def test_a_job_cancelled_before_it_started_never_runs(fast_settings: None) -> No
         worker.stop()
         thread.join(10)
     assert not Execution.objects.filter(label="cancelled").exists()
+
+
+def test_a_job_claimed_ahead_that_waits_too_long_goes_back_to_the_queue(
+    fast_settings: None,
+) -> None:
+    """Long jobs took every slot after a quick pace let the worker claim ahead: the jobs it
+    claimed ahead are not kept from other workers for longer than READY_MAX_WAIT_SECONDS."""
+    long_job = jobs.nap.enqueue(READY_MAX_WAIT_SECONDS + 2)
+    waiting = [jobs.record.enqueue(f"waiting-{n}") for n in range(3)]
+    worker = Worker(concurrency=1, maintenance=False)
+    worker._run_seconds = 0.0001  # a quick pace so far: it claims three jobs ahead
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while Job.objects.filter(state=Job.State.RUNNING).count() < 4:
+            assert time.monotonic() < deadline, "the four jobs were not claimed"
+            time.sleep(0.02)
+        claimed_at = time.monotonic()
+        while {refreshed(job).state for job in waiting} != {Job.State.AVAILABLE}:
+            assert time.monotonic() < deadline + 2, "the jobs claimed ahead were kept"
+            time.sleep(0.02)
+        given_back_after = time.monotonic() - claimed_at
+        assert given_back_after < READY_MAX_WAIT_SECONDS + 0.5
+        assert refreshed(long_job).state == Job.State.RUNNING
+        assert all(refreshed(job).attempt == 0 for job in waiting)
+        # It claims no more ahead while the long job holds its slot.
+        time.sleep(0.5)
+        assert {refreshed(job).state for job in waiting} == {Job.State.AVAILABLE}
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive()

@@ -67,8 +67,10 @@ STUCK_EXIT_CODE = 75
 # free. The extra ones wait about this long at most at the recent pace of the worker's jobs
 # (none are claimed ahead of slow jobs, so that other workers get them)...
 CLAIM_AHEAD_SECONDS = 0.02
-# ... and never more than this many times its concurrency.
+# ... and never more than this many times its concurrency. One that has not started after
+# READY_MAX_WAIT_SECONDS (long jobs took every slot meanwhile) goes back to the queue.
 CLAIM_AHEAD_FACTOR = 3
+READY_MAX_WAIT_SECONDS = 1.0
 # How much each finished job moves the average run time (an exponential moving average).
 RUN_TIME_WEIGHT = 0.2
 # How long stopping waits for the event loop's thread, then for its cancelled tasks.
@@ -92,6 +94,7 @@ class RunningJob:
     future: Future[Outcome] | None = None  # an async handler's result
     task: asyncio.Task[Outcome] | None = None  # an async handler's task, to cancel it
     stuck_logged: bool = False  # still running past its timeout and the grace: said once
+    queued_at: float = dataclasses.field(default_factory=time.monotonic)
     started_at: float | None = None  # time.monotonic() when a handler thread started it
 
 
@@ -290,6 +293,8 @@ class Worker(Loop):
         self._collect_finished()
         if self.stopping:
             self._return_ready()
+        else:
+            self._return_ready(waited=READY_MAX_WAIT_SECONDS)
         self._check_deadlines()
         self._claimed_full_batch_before = self._claimed_full_batch
         self._claimed_full_batch = False
@@ -568,12 +573,16 @@ class Worker(Loop):
             self._busy_slots -= 1
         return running
 
-    def _return_ready(self) -> None:
-        """When stopping, jobs not yet started go back to available at once."""
-        for job_id in list(self._ready):
-            running = self._take_back(job_id)
-            if running is not None:
+    def _return_ready(self, waited: float = 0.0) -> None:
+        """Jobs not yet started, queued at least ``waited`` seconds ago, go back to available,
+        their attempt given back: all of them when stopping."""
+        queued_before = time.monotonic() - waited
+        for job_id, running in list(self._ready.items()):
+            if running.queued_at <= queued_before and self._take_back(job_id) is not None:
                 self._to_write.append(returned(running.job))
+                # The recent pace no longer holds (long jobs hold the slots): claim no more
+                # ahead until jobs finish again.
+                self._run_seconds = None
 
     def _touch_queues(self, queues: set[str]) -> None:
         """Claims keep their queues' rows fresh for the queue cleaner, every few seconds."""
@@ -741,6 +750,9 @@ class Worker(Loop):
             return 0.0
         now = time.monotonic()
         wait = min(self.interval(), max(self._next_heartbeat - now, 0.0))
+        if self._ready:
+            oldest = next(iter(self._ready.values())).queued_at
+            wait = min(wait, max(oldest + READY_MAX_WAIT_SECONDS - now, 0.0))
         for running in self._running.values():
             if running.deadline is not None and not running.settled:
                 wait = min(wait, max(running.deadline - now, 0.0))
