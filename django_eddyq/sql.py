@@ -190,6 +190,12 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority, job.r
 CLAIM_ANY_QUEUE = _CLAIM.format(queue_filter="")
 CLAIM_FROM_QUEUES = _CLAIM.format(queue_filter="AND queue = ANY(%(queues)s::text[])")
 
+# The finish and the heartbeat test a job's state as (state = 'running') IS TRUE: written
+# plainly, the test lets the planner read eddyq_jobs_lease_idx whenever its statistics say few
+# jobs run (in a queue table they are often stale), and walk every running job of every worker
+# (and the dead entries of recent claims) instead of looking the given ids up by primary key:
+# 20 ms instead of 0.3 ms for 10 jobs among 5,000 running.
+
 # Ends attempts, one statement per batch of finished jobs. Fenced: only a job still running
 # under this worker and this attempt changes, so a late finish never overwrites a rescue.
 FINISH_JOBS = f"""
@@ -217,7 +223,7 @@ WITH outcome AS (
         locked_until = NULL
     FROM outcome
     WHERE job.id = outcome.id
-      AND job.state = 'running'
+      AND (job.state = 'running') IS TRUE
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
     RETURNING job.id, job.state, job.queue
@@ -230,7 +236,7 @@ SELECT id, state, ({_NOTIFY_QUEUES.format(source="finished")}) FROM finished
 HEARTBEAT = """
 UPDATE eddyq_jobs
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => %(lease_seconds)s)
-WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND locked_by = %(worker_id)s
+WHERE id = ANY(%(ids)s::bigint[]) AND (state = 'running') IS TRUE AND locked_by = %(worker_id)s
 RETURNING id, cancel_requested_at IS NOT NULL
 """
 
