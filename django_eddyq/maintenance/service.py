@@ -104,10 +104,12 @@ class Service(Loop):
         if left <= 0:
             raise LeaseExpired("the leader lease ran out before the statement was sent")
         if math.isfinite(left):
-            statement_ms = max(int(left * 1000), 1)
+            # Rounded up: a statement the server cancels must find the lease over here too,
+            # or its error would pass for a failure rather than for the fence.
+            statement_ms = math.ceil(left * 1000)
             # Between the statements of a pass, Python takes milliseconds, not a renew interval.
-            idle_ms = max(
-                int(min(left, eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds()) * 1000), 1
+            idle_ms = math.ceil(
+                min(left, eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds()) * 1000
             )
             context["cursor"].cursor.execute(sql.FENCE_TIMEOUTS, [str(statement_ms), str(idle_ms)])
         return execute(statement, params, many, context)

@@ -71,6 +71,9 @@ CLAIM_AHEAD_SECONDS = 0.02
 # READY_MAX_WAIT_SECONDS (long jobs took every slot meanwhile) goes back to the queue.
 CLAIM_AHEAD_FACTOR = 3
 READY_MAX_WAIT_SECONDS = 1.0
+# When stopping, a job not started this long after it was queued goes back at once: a free
+# thread takes a queued job up within a moment, so it is waiting for a slot.
+STOPPING_READY_MAX_WAIT_SECONDS = 0.05
 # How much each finished job moves the average run time (an exponential moving average).
 RUN_TIME_WEIGHT = 0.2
 # How long stopping waits for the event loop's thread, then for its cancelled tasks.
@@ -291,10 +294,7 @@ class Worker(Loop):
         """
         self._apply_cancel_requests()
         self._collect_finished()
-        if self.stopping:
-            self._return_ready()
-        else:
-            self._return_ready(waited=READY_MAX_WAIT_SECONDS)
+        self._return_ready(waited=self._ready_max_wait())
         self._check_deadlines()
         self._claimed_full_batch_before = self._claimed_full_batch
         self._claimed_full_batch = False
@@ -573,9 +573,12 @@ class Worker(Loop):
             self._busy_slots -= 1
         return running
 
+    def _ready_max_wait(self) -> float:
+        return STOPPING_READY_MAX_WAIT_SECONDS if self.stopping else READY_MAX_WAIT_SECONDS
+
     def _return_ready(self, waited: float = 0.0) -> None:
         """Jobs not yet started, queued at least ``waited`` seconds ago, go back to available,
-        their attempt given back: all of them when stopping."""
+        their attempt given back."""
         queued_before = time.monotonic() - waited
         for job_id, running in list(self._ready.items()):
             if running.queued_at <= queued_before and self._take_back(job_id) is not None:
@@ -752,7 +755,7 @@ class Worker(Loop):
         wait = min(self.interval(), max(self._next_heartbeat - now, 0.0))
         if self._ready:
             oldest = next(iter(self._ready.values())).queued_at
-            wait = min(wait, max(oldest + READY_MAX_WAIT_SECONDS - now, 0.0))
+            wait = min(wait, max(oldest + self._ready_max_wait() - now, 0.0))
         for running in self._running.values():
             if running.deadline is not None and not running.settled:
                 wait = min(wait, max(running.deadline - now, 0.0))
