@@ -171,7 +171,8 @@ def _parse_float(text: str) -> float:
 
 
 class ExactJSONEncoder(json.JSONEncoder):
-    """For a ``JSONField``: writes floats as ``dumps`` does."""
+    """For a ``JSONField``: writes floats as ``dumps`` does, and otherwise honours the options
+    it is given (the admin's form asks for ``ensure_ascii=False``), which ``dumps`` has none of."""
 
     def encode(self, o: Any) -> str:
         text = super().encode(o)

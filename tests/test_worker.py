@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from django_eddyq.worker import Worker
 from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -439,28 +441,39 @@ def test_jobs_claimed_ahead_never_run_more_handlers_than_the_concurrency(
     assert jobs.Overlap.most == 3
 
 
-def test_stop_hands_back_the_jobs_claimed_ahead_at_once(fast_settings: None) -> None:
-    running = jobs.nap.enqueue(5)
-    waiting = [jobs.record.enqueue(f"waiting-{n}") for n in range(3)]
-    worker = Worker(concurrency=1, shutdown_timeout=5, maintenance=False)
-    worker._run_seconds = 0.0001  # a quick pace so far: it claims three jobs ahead
+@contextmanager
+def worker_claiming_ahead(**options: Any) -> Iterator[Worker]:
+    """A one-slot worker running in a thread, told its jobs have gone quickly so far, so that it
+    claims three jobs ahead; stopped and joined at the end."""
+    worker = Worker(concurrency=1, maintenance=False, **options)
+    worker._run_seconds = 0.0001
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while Job.objects.filter(state=Job.State.RUNNING).count() < 4:
-            assert time.monotonic() < deadline, "the four jobs were not claimed"
-            time.sleep(0.02)
-        worker.stop()
-        # Long before the running job's shutdown timeout, the others are available again.
-        deadline = time.monotonic() + 2
-        while {refreshed(job).state for job in waiting} != {Job.State.AVAILABLE}:
-            assert time.monotonic() < deadline, "the jobs claimed ahead were not handed back"
-            time.sleep(0.02)
-        assert refreshed(running).state == Job.State.RUNNING
+        yield worker
     finally:
+        worker.stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def all_available(waiting: list[Job]) -> bool:
+    return {refreshed(job).state for job in waiting} == {Job.State.AVAILABLE}
+
+
+def four_claimed() -> bool:
+    return Job.objects.filter(state=Job.State.RUNNING).count() == 4
+
+
+def test_stop_hands_back_the_jobs_claimed_ahead_at_once(fast_settings: None) -> None:
+    running = jobs.nap.enqueue(5)
+    waiting = [jobs.record.enqueue(f"waiting-{n}") for n in range(3)]
+    with worker_claiming_ahead(shutdown_timeout=5) as worker:
+        wait_for(four_claimed, seconds=5)
+        worker.stop()
+        # Long before the running job's shutdown timeout, the others are available again.
+        wait_for(lambda: all_available(waiting), seconds=2)
+        assert refreshed(running).state == Job.State.RUNNING
     assert not Execution.objects.exists()
     assert all(refreshed(job).attempt == 0 for job in waiting)
 
@@ -468,23 +481,10 @@ def test_stop_hands_back_the_jobs_claimed_ahead_at_once(fast_settings: None) -> 
 def test_a_job_cancelled_before_it_started_never_runs(fast_settings: None) -> None:
     jobs.nap.enqueue(1)
     cancelled = jobs.record.enqueue("cancelled")
-    worker = Worker(concurrency=1, maintenance=False)
-    worker._run_seconds = 0.0001
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 5
-        while refreshed(cancelled).state != Job.State.RUNNING:
-            assert time.monotonic() < deadline, "the job was not claimed"
-            time.sleep(0.02)
+    with worker_claiming_ahead():
+        wait_for(lambda: refreshed(cancelled).state == Job.State.RUNNING, seconds=5)
         refreshed(cancelled).cancel()
-        deadline = time.monotonic() + 5
-        while refreshed(cancelled).state != Job.State.CANCELLED:
-            assert time.monotonic() < deadline, "the cancel did not reach the worker"
-            time.sleep(0.02)
-    finally:
-        worker.stop()
-        thread.join(10)
+        wait_for(lambda: refreshed(cancelled).state == Job.State.CANCELLED, seconds=5)
     assert not Execution.objects.filter(label="cancelled").exists()
 
 
@@ -495,27 +495,14 @@ def test_a_job_claimed_ahead_that_waits_too_long_goes_back_to_the_queue(
     claimed ahead are not kept from other workers for longer than READY_MAX_WAIT_SECONDS."""
     long_job = jobs.nap.enqueue(READY_MAX_WAIT_SECONDS + 2)
     waiting = [jobs.record.enqueue(f"waiting-{n}") for n in range(3)]
-    worker = Worker(concurrency=1, maintenance=False)
-    worker._run_seconds = 0.0001  # a quick pace so far: it claims three jobs ahead
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 5
-        while Job.objects.filter(state=Job.State.RUNNING).count() < 4:
-            assert time.monotonic() < deadline, "the four jobs were not claimed"
-            time.sleep(0.02)
+    with worker_claiming_ahead():
+        wait_for(four_claimed, seconds=5)
         claimed_at = time.monotonic()
-        while {refreshed(job).state for job in waiting} != {Job.State.AVAILABLE}:
-            assert time.monotonic() < deadline + 2, "the jobs claimed ahead were kept"
-            time.sleep(0.02)
-        given_back_after = time.monotonic() - claimed_at
-        assert given_back_after < READY_MAX_WAIT_SECONDS + 0.5
+        wait_for(lambda: all_available(waiting), seconds=READY_MAX_WAIT_SECONDS + 2)
+        assert time.monotonic() - claimed_at < READY_MAX_WAIT_SECONDS + 0.5
         assert refreshed(long_job).state == Job.State.RUNNING
         assert all(refreshed(job).attempt == 0 for job in waiting)
-        # It claims no more ahead while the long job holds its slot.
+        # It claims no more ahead while the long job holds its slot: nothing to wait for, so
+        # a while of nothing happening is the check.
         time.sleep(0.5)
-        assert {refreshed(job).state for job in waiting} == {Job.State.AVAILABLE}
-    finally:
-        worker.stop()
-        thread.join(10)
-    assert not thread.is_alive()
+        assert all_available(waiting)

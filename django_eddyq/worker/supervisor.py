@@ -27,7 +27,7 @@ from django_eddyq.worker.signals import (
     stop_signal_actions,
     supervisor_signal_actions,
 )
-from django_eddyq.worker.worker import STUCK_EXIT_CODE, Worker, exit_process
+from django_eddyq.worker.worker import STUCK_EXIT_CODE, Worker, run_in_this_process
 
 logger = logging.getLogger("django_eddyq")
 
@@ -102,10 +102,7 @@ class Supervisor:
         threading.Thread(
             target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
         ).start()
-        worker.run()
-        if worker.exit_code:
-            # At once: the interpreter's shutdown could wait for the stuck threads.
-            exit_process(worker.exit_code)
+        run_in_this_process(worker)
 
     def _reap(self) -> None:
         for slot, (process, started) in list(self._children.items()):

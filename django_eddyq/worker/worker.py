@@ -160,7 +160,7 @@ class Worker(Loop):
         self._overrun: set[RunningJob] = set()
         self.processed = 0
         # 0, or STUCK_EXIT_CODE once the worker gave up because every slot was stuck: the
-        # process should exit with it (see exit_process), to be replaced.
+        # process should exit with it (see run_in_this_process), to be replaced.
         self.exit_code = 0
 
     # Lifecycle.
@@ -781,12 +781,17 @@ def _seconds_over(running: RunningJob, now: float) -> float:
     return 0.0 if running.deadline is None else now - running.deadline
 
 
-def exit_process(code: int) -> NoReturn:
-    """End this process at once with status ``code``, skipping the interpreter's shutdown.
+def run_in_this_process(worker: Worker) -> None:
+    """Run ``worker`` as this process's worker: once it gave up on stuck handlers
+    (``Worker.exit_code``), the process ends at once with that status, to be restarted."""
+    worker.run()
+    if worker.exit_code:
+        _exit_process(worker.exit_code)
 
-    For a worker that gave up on its stuck handlers (``Worker.exit_code``), after it stopped:
-    the shutdown joins thread pools' threads, and a stuck handler may be holding one forever.
-    """
+
+def _exit_process(code: int) -> NoReturn:
+    """End this process at once with status ``code``, skipping the interpreter's shutdown,
+    which joins thread pools' threads: a stuck handler may be holding one forever."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

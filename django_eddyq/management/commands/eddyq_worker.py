@@ -13,7 +13,7 @@ from django_eddyq.conf import eddyq_settings
 from django_eddyq.worker import Worker
 from django_eddyq.worker.signals import handle_signals, stop_signal_actions
 from django_eddyq.worker.supervisor import Supervisor
-from django_eddyq.worker.worker import STUCK_EXIT_CODE, exit_process
+from django_eddyq.worker.worker import STUCK_EXIT_CODE, run_in_this_process
 
 
 def queue_list(value: str) -> list[str]:
@@ -105,8 +105,4 @@ class Command(BaseCommand):
             return
         worker = make_worker()
         handle_signals(stop_signal_actions(worker.stop, who=f"worker {worker.id}"))
-        worker.run()
-        if worker.exit_code:
-            # Every slot was stuck past its timeout: exit non-zero, at once (the interpreter's
-            # shutdown could wait for the stuck threads), for the process manager to restart it.
-            exit_process(worker.exit_code)
+        run_in_this_process(worker)
