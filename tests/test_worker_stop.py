@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +16,7 @@ from django_eddyq.models import Job
 from django_eddyq.worker import Worker
 from django_eddyq.worker import worker as worker_module
 from tests import jobs
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,13 +25,6 @@ RunWorker = Callable[..., Worker]
 
 def state(job: Job) -> str:
     return Job.objects.get(pk=job.pk).state
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_stop_closes_the_event_loop(run_burst_worker: RunWorker) -> None:
@@ -88,7 +81,3 @@ def test_a_worker_whose_every_slot_is_stuck_stops_with_an_exit_code(
     [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert f"worker {worker.id}: all 1 of its slots are held by handlers" in error
     assert f"job {stuck.pk} (tests.jobs.never_returns)" in error
-    # Its loops are stopped: the jobs enqueued now wait for another worker.
-    later = jobs.add.enqueue(1, 1)
-    time.sleep(0.3)
-    assert state(later) == Job.State.AVAILABLE
