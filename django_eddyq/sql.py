@@ -160,17 +160,17 @@ WHERE name IN (
 )
 """
 
-# Paused queues are left out by an anti-join, which the planner runs as a nested loop beside
-# the claim index's ordered scan: the first jobs found are the ones taken. (Spelled as
-# queue <> ALL(ARRAY(...)), the filter made it read and sort every available job per claim.)
+# Paused queues are left out by NOT IN, which stays a filter on a hash of the paused queues'
+# names, applied to the claim index's ordered scan: the first jobs found are the ones taken.
+# (NOT EXISTS becomes an anti-join, which the planner expects to leave almost no jobs once it
+# knows eddyq_queues holds every queue; it then read and sorted every available job per
+# claim: 11 ms instead of 0.1 ms with 30,000 waiting. queue <> ALL(ARRAY(...)) did the same.)
+# The names are a primary key, never NULL, so NOT IN means what it says.
 _CLAIM = """
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' {queue_filter}
-      AND NOT EXISTS (
-          SELECT FROM eddyq_queues AS paused
-          WHERE paused.name = eddyq_jobs.queue AND paused.paused_at IS NOT NULL
-      )
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
