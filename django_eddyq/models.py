@@ -82,6 +82,9 @@ class Job(models.Model):
         # The database sets it NULL (see the migration): maintenance deletes batches in SQL.
         on_delete=models.DO_NOTHING,
         db_constraint=False,
+        # eddyq_jobs_batch_idx covers the jobs that have a batch; an index of every job would
+        # take an entry for each row version of each job (every claim and finish), for nothing.
+        db_index=False,
     )
     retention = models.JSONField(
         _("retention override"),

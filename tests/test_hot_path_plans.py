@@ -1,0 +1,100 @@
+"""The job table's indexes and the plans of the worker's hot statements (docs/performance.md).
+
+Every update of a job changes its state, which the partial indexes' predicates name, so none is a
+HOT update: each claim and finish writes an entry into every index whose predicate the new row
+version meets. Plans are read with the statistics a busy table has: thousands of available jobs,
+and ``eddyq_queues`` analyzed while it holds their queue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_eddyq import producer, sql
+from tests import jobs
+from tests.factories import BatchFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+
+AVAILABLE_JOBS = 5000
+
+
+def plan(statement: str, params: dict[str, Any]) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.fixture
+def busy_queue() -> None:
+    """Thousands of available jobs, a hundred each in a paused queue and in a rare one, all
+    analyzed."""
+    specs = [producer.JobSpec.for_task(jobs.add, (1, 2), {}) for _ in range(AVAILABLE_JOBS)]
+    for queue in ("paused", "rare"):
+        specs += [
+            producer.JobSpec.for_task(jobs.add.using(queue=queue), (1, 2), {}) for _ in range(100)
+        ]
+    producer.insert_jobs(specs)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE eddyq_queues SET paused_at = now() WHERE name = 'paused'")
+        cursor.execute("ANALYZE eddyq_jobs")
+        cursor.execute("ANALYZE eddyq_queues")
+
+
+def test_only_the_primary_key_and_the_task_index_hold_every_job() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT index_class.relname FROM pg_index AS ix
+            JOIN pg_class AS index_class ON index_class.oid = ix.indexrelid
+            WHERE ix.indrelid = 'eddyq_jobs'::regclass AND ix.indpred IS NULL
+            ORDER BY 1
+            """
+        )
+        full_indexes = [name for (name,) in cursor.fetchall()]
+    assert full_indexes == ["eddyq_jobs_pkey", "eddyq_jobs_task_idx"]
+
+
+def test_the_jobs_of_a_batch_are_found_by_the_partial_batch_index() -> None:
+    batch = BatchFactory()
+    JobFactory.create_batch(3, batch=batch)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    assert "eddyq_jobs_batch_idx" in plan(
+        "SELECT id FROM eddyq_jobs WHERE batch_id = %(batch)s", {"batch": batch.pk}
+    )
+
+
+@pytest.mark.usefixtures("busy_queue")
+@pytest.mark.parametrize(
+    ("statement", "params", "index"),
+    [
+        (sql.CLAIM_ANY_QUEUE, {}, "eddyq_jobs_claim_idx"),
+        (sql.CLAIM_FROM_QUEUES, {"queues": ["default", "paused"]}, "eddyq_jobs_claim_idx"),
+    ],
+)
+def test_the_claim_reads_its_index_in_order_past_paused_queues(
+    statement: str, params: dict[str, Any], index: str
+) -> None:
+    """Paused queues are a filter on the ordered index scan, never an anti-join that reads and
+    sorts every available job (which is what NOT EXISTS became, once eddyq_queues was analyzed)."""
+    claim_plan = plan(
+        statement, {**params, "limit": 40, "worker_id": "test", "lease_seconds": 60.0}
+    )
+    assert f"Index Scan using {index} on eddyq_jobs" in claim_plan
+    assert "Sort" not in claim_plan
+    assert "Anti Join" not in claim_plan
+
+
+@pytest.mark.usefixtures("busy_queue")
+def test_a_worker_of_a_rare_queue_finds_its_jobs_by_the_queue_index() -> None:
+    claim_plan = plan(
+        sql.CLAIM_FROM_QUEUES,
+        {"queues": ["rare"], "limit": 40, "worker_id": "test", "lease_seconds": 60.0},
+    )
+    assert "Index Scan on eddyq_jobs_queue_claim_idx" in claim_plan or (
+        "Index Scan using eddyq_jobs_queue_claim_idx" in claim_plan
+    )
