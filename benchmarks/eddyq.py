@@ -352,7 +352,8 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
         "available": queue.scalar("SELECT count(*) FROM eddyq_jobs WHERE state = 'available'"),
         "plans": {},
     }
-    claim_params = {"limit": 10, "worker_id": worker_id, "lease_seconds": 60.0}
+    claim = sql.claim_statement(10, from_queues=False)
+    claim_params = {"worker_id": worker_id, "lease_seconds": 60.0}
     with psycopg.connect(url) as connection:
         cursor = psycopg.ClientCursor(connection)
 
@@ -367,12 +368,10 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
             return [row[0] for row in rows]
 
         # Claim.
-        out["plans"]["claim (CLAIM_ANY_QUEUE, 10 jobs)"] = explain(
-            sql.CLAIM_ANY_QUEUE, claim_params
-        )
+        out["plans"]["claim (claim_statement, 10 jobs)"] = explain(claim, claim_params)
         connection.rollback()
         # Heartbeat and finish: of jobs this transaction has just claimed.
-        cursor.execute(sql.CLAIM_ANY_QUEUE, claim_params)
+        cursor.execute(claim, claim_params)
         claimed = cursor.fetchall()
         ids = [row[0] for row in claimed]
         attempts = [row[7] for row in claimed]
@@ -395,7 +394,7 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
         connection.rollback()
         # EXPLAIN (GENERIC_PLAN) came with PostgreSQL 16.
         for label, statement in [
-            ("claim (generic plan)", sql.CLAIM_ANY_QUEUE),
+            ("claim (generic plan)", claim),
             ("heartbeat (generic plan)", sql.HEARTBEAT),
             ("finish (generic plan)", sql.FINISH_JOBS),
         ]:

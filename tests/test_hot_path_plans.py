@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
 from django_eddyq import producer, sql
+from django_eddyq.worker.worker import claim_limit
 from tests import jobs
 from tests.factories import BatchFactory, JobFactory
 
@@ -26,6 +28,10 @@ def plan(statement: str, params: dict[str, Any]) -> str:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def claim_params(queues: list[str] | None) -> dict[str, Any]:
+    return {"queues": queues, "worker_id": "test", "lease_seconds": 60.0}
 
 
 @pytest.fixture
@@ -69,32 +75,55 @@ def test_the_jobs_of_a_batch_are_found_by_the_partial_batch_index() -> None:
 
 
 @pytest.mark.usefixtures("busy_queue")
-@pytest.mark.parametrize(
-    ("statement", "params", "index"),
-    [
-        (sql.CLAIM_ANY_QUEUE, {}, "eddyq_jobs_claim_idx"),
-        (sql.CLAIM_FROM_QUEUES, {"queues": ["default", "paused"]}, "eddyq_jobs_claim_idx"),
-    ],
-)
-def test_the_claim_reads_its_index_in_order_past_paused_queues(
-    statement: str, params: dict[str, Any], index: str
-) -> None:
+@pytest.mark.parametrize("queues", [None, ["default", "paused"]])
+def test_the_claim_reads_its_index_in_order_past_paused_queues(queues: list[str] | None) -> None:
     """Paused queues are a filter on the ordered index scan, never an anti-join that reads and
     sorts every available job (which is what NOT EXISTS became, once eddyq_queues was analyzed)."""
-    claim_plan = plan(
-        statement, {**params, "limit": 40, "worker_id": "test", "lease_seconds": 60.0}
-    )
-    assert f"Index Scan using {index} on eddyq_jobs" in claim_plan
+    claim_plan = plan(sql.claim_statement(40, from_queues=queues is not None), claim_params(queues))
+    assert "Index Scan using eddyq_jobs_claim_idx on eddyq_jobs" in claim_plan
     assert "Sort" not in claim_plan
     assert "Anti Join" not in claim_plan
 
 
 @pytest.mark.usefixtures("busy_queue")
 def test_a_worker_of_a_rare_queue_finds_its_jobs_by_the_queue_index() -> None:
-    claim_plan = plan(
-        sql.CLAIM_FROM_QUEUES,
-        {"queues": ["rare"], "limit": 40, "worker_id": "test", "lease_seconds": 60.0},
-    )
+    claim_plan = plan(sql.claim_statement(40, from_queues=True), claim_params(["rare"]))
     assert "Index Scan on eddyq_jobs_queue_claim_idx" in claim_plan or (
         "Index Scan using eddyq_jobs_queue_claim_idx" in claim_plan
     )
+
+
+@pytest.mark.usefixtures("busy_queue")
+def test_a_prepared_claim_settles_on_a_generic_plan() -> None:
+    """Planned once, not at every pass: its generic plan costs what a custom one does."""
+    statement = sql.claim_statement(40, from_queues=False)
+    raw_connection = connection.connection
+    # Django's connection prepares nothing (prepare_threshold None, client-side binding
+    # cursors); the worker's does.
+    raw_connection.prepare_threshold = 0
+    try:
+        with psycopg.Cursor(raw_connection) as cursor:
+            for _ in range(8):
+                cursor.execute(statement, claim_params(None))
+                assert len(cursor.fetchall()) == 40
+            # Prepared as psycopg sends it: with $n placeholders.
+            cursor.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%FOR UPDATE SKIP LOCKED%' AND statement LIKE '%LIMIT 40%'",
+                prepare=False,
+            )
+            plans = cursor.fetchall()
+    finally:
+        raw_connection.prepare_threshold = None
+    assert plans, "the claim was not prepared"
+    [(generic_plans, custom_plans)] = plans
+    assert generic_plans >= 2, (generic_plans, custom_plans)
+
+
+@pytest.mark.parametrize("room", range(1, 200))
+def test_the_claim_limit_takes_most_of_the_room(room: int) -> None:
+    assert room * 7 / 8 < claim_limit(room) <= room
+
+
+def test_the_claim_limit_has_few_distinct_values() -> None:
+    assert len({claim_limit(room) for room in range(1, 1001)}) < 70

@@ -530,24 +530,14 @@ class Worker(Loop):
         return int(rows[0][0])
 
     def _claim(self, committed: list[Callable[[], None]]) -> int:
-        free = self._claim_room()
-        statement, params = (
-            (sql.CLAIM_FROM_QUEUES, {"queues": self.queues})
-            if self.queues
-            else (sql.CLAIM_ANY_QUEUE, {})
-        )
+        limit = claim_limit(self._claim_room())
         rows = self._execute(
-            statement,
-            {
-                **params,
-                "limit": free,
-                "worker_id": self.id,
-                "lease_seconds": self._lease_seconds(),
-            },
+            sql.claim_statement(limit, from_queues=self.queues is not None),
+            {"queues": self.queues, "worker_id": self.id, "lease_seconds": self._lease_seconds()},
         )
         jobs = sorted((ClaimedJob(*row) for row in rows), key=_claim_order)
         self._touch_queues({job.queue for job in jobs})
-        self._claimed_full_batch = len(jobs) == free
+        self._claimed_full_batch = len(jobs) == limit
         committed.append(lambda: self._ready_to_start(jobs))
         return len(jobs)
 
@@ -802,6 +792,13 @@ async def _run_async_job(running: RunningJob, run: Coroutine[Any, Any, Outcome])
     current_flag.set(running.cancel)  # in the task's own context
     running.task = asyncio.current_task()
     return await run
+
+
+def claim_limit(room: int) -> int:
+    """``room`` rounded down to its four leading binary digits (by at most an eighth): the limit
+    is part of the claim's text, and this bounds how many texts a worker prepares."""
+    drop = max(room.bit_length() - 4, 0)
+    return room >> drop << drop
 
 
 def _claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:

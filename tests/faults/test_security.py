@@ -422,7 +422,7 @@ def made_up_query_from_input(cursor, name, seconds):
     for statement in name.split(";"):
         cursor.execute(statement)
     cursor.execute(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
-    cursor.execute(sql.CLAIM_ANY_QUEUE if seconds else sql.DATABASE_NOW)
+    cursor.execute(sql.FINISH_JOBS if seconds else sql.DATABASE_NOW)
 """
 
 
