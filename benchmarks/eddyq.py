@@ -7,6 +7,7 @@ drain with a million completed rows retained, and prints the plans of the hot st
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -382,13 +383,12 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
             sql.FINISH_JOBS,
             {
                 "worker_id": worker_id,
-                "ids": ids,
-                "attempts": attempts,
-                "states": ["completed"] * len(ids),
-                "results": [None] * len(ids),
-                "errors": [None] * len(ids),
-                "delays": [None] * len(ids),
-                "attempts_given_back": [0] * len(ids),
+                "outcomes": json.dumps(
+                    [
+                        {"id": job_id, "attempt": attempt, "state": "completed"}
+                        for job_id, attempt in zip(ids, attempts, strict=True)
+                    ]
+                ),
             },
         )
         connection.rollback()

@@ -68,10 +68,11 @@ class Handler:
     timeout: float | None
     backoff: Callable[[int], float | timedelta] | None
     hooks: AttemptHooks | None = None
+    # Decided once: inspect.iscoroutinefunction costs more than calling a no-op job.
+    is_async: bool = dataclasses.field(init=False)
 
-    @property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
 
 
 @lru_cache(maxsize=4096)

@@ -90,7 +90,10 @@ class Loop:
         return not self._thread.is_alive()
 
     def wake(self) -> None:
-        self._woken.set()
+        # Setting a set event still takes its lock; handler threads wake the worker per job.
+        # Never lost: whoever clears it runs a pass after, which sees what the waker did first.
+        if not self._woken.is_set():
+            self._woken.set()
 
     def wait(self, seconds: float | None) -> None:
         """Sleep up to ``seconds`` (None: until woken), returning early when woken or stopped."""

@@ -209,16 +209,18 @@ def claim_statement(limit: int, *, from_queues: bool) -> str:
 
 # Ends attempts, one statement per batch of finished jobs. Fenced: only a job still running
 # under this worker and this attempt changes, so a late finish never overwrites a rescue.
+# The outcomes come as one JSON array of objects (keys left out are null): one parameter that one
+# json.dumps writes, where seven arrays took psycopg's array adapters a third of a pass's Python.
 FINISH_JOBS = f"""
 WITH outcome AS (
-    SELECT * FROM unnest(
-        %(ids)s::bigint[], %(attempts)s::integer[], %(states)s::text[], %(results)s::jsonb[],
-        %(errors)s::jsonb[], %(delays)s::float8[], %(attempts_given_back)s::integer[]
-    ) AS outcome(id, attempt, state, result, error, delay, attempt_given_back)
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
+        id bigint, attempt integer, state text, result jsonb, error jsonb, delay float8,
+        attempt_given_back integer
+    )
 ), finished AS (
     UPDATE eddyq_jobs AS job
     SET state = outcome.state,
-        attempt = job.attempt - outcome.attempt_given_back,
+        attempt = job.attempt - COALESCE(outcome.attempt_given_back, 0),
         result = outcome.result,
         errors = CASE WHEN outcome.error IS NULL THEN job.errors
                       ELSE job.errors || jsonb_build_array(

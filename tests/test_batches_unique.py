@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -127,13 +128,7 @@ def test_batch_jobs_finishing_at_the_same_instant_fire_the_callback_once() -> No
                 sql.FINISH_JOBS,
                 {
                     "worker_id": "w",
-                    "ids": [job.pk],
-                    "attempts": [1],
-                    "states": ["completed"],
-                    "results": [None],
-                    "errors": [None],
-                    "delays": [None],
-                    "attempts_given_back": [0],
+                    "outcomes": json.dumps([{"id": job.pk, "attempt": 1, "state": "completed"}]),
                 },
             )
             finished_jobs.wait()  # both jobs are finished, neither committed

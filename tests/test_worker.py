@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -298,13 +299,7 @@ def test_the_same_worker_reclaiming_a_job_fences_its_old_attempt(fast_settings: 
             sql.FINISH_JOBS,
             {
                 "worker_id": "w",
-                "ids": [job.pk],
-                "attempts": [1],
-                "states": ["completed"],
-                "results": [None],
-                "errors": [None],
-                "delays": [None],
-                "attempts_given_back": [0],
+                "outcomes": json.dumps([{"id": job.pk, "attempt": 1, "state": "completed"}]),
             },
         ).fetchall()
     assert rows == []

@@ -13,7 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from django_eddyq.arguments import normalize_json
+from django_eddyq.arguments import dumps, normalize_json
 from django_eddyq.exceptions import Discard, MalformedJob, Snooze
 from django_eddyq.handlers import Attempt, Handler, retry_delay
 
@@ -54,6 +54,27 @@ class Outcome:
         if self.error is not None:
             return str(self.error["error"])
         return self.state
+
+
+def outcome_records(outcomes: Sequence[Outcome]) -> str:
+    """The outcomes as the JSON array ``sql.FINISH_JOBS`` reads, its empty fields left out."""
+    records = []
+    for outcome in outcomes:
+        record: dict[str, Any] = {
+            "id": outcome.job.id,
+            "attempt": outcome.job.attempt,
+            "state": outcome.state,
+        }
+        if outcome.result is not None:
+            record["result"] = outcome.result
+        if outcome.error is not None:
+            record["error"] = outcome.error
+        if outcome.delay is not None:
+            record["delay"] = outcome.delay
+        if outcome.attempt_given_back:
+            record["attempt_given_back"] = outcome.attempt_given_back
+        records.append(record)
+    return dumps(records)
 
 
 def error_entry(job: ClaimedJob, error: BaseException) -> dict[str, Any]:
@@ -120,14 +141,16 @@ def _steer(job: ClaimedJob, handler: Handler | None, error: BaseException) -> Ou
     return failure(job, handler, error)
 
 
-def run_sync(job: ClaimedJob, handler: Handler) -> Outcome:
-    """Run a sync handler on this thread, with Django's connection-age handling around it.
+def run_sync(job: ClaimedJob, handler: Handler, connections_checked: bool = False) -> Outcome:
+    """Run a sync handler on this thread, with Django's connection-age handling around it
+    (before it only if this thread's connections were not ``connections_checked`` just now).
 
     Whatever the handler raises, even a ``BaseException``, ends as an outcome: a handler
     thread must outlive every job, or its job would stay running under renewed leases.
     """
     try:
-        close_old_connections()
+        if not connections_checked:
+            close_old_connections()
         check_stored_arguments(job)
         if handler.hooks is not None:
             return _run_hooked(job, handler, handler.hooks.begin(job))

@@ -23,7 +23,6 @@ from typing import Any, NoReturn
 import psycopg
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules
-from psycopg.types.json import Jsonb
 
 from django_eddyq import db, sql
 from django_eddyq.base import validate_queue_name
@@ -42,6 +41,7 @@ from django_eddyq.worker.execution import (
     Outcome,
     cancelled,
     failure,
+    outcome_records,
     returned,
     run_async,
     run_sync,
@@ -417,22 +417,7 @@ class Worker(Loop):
             }
         )
         rows = self._finish(
-            ended_batches,
-            {
-                "worker_id": self.id,
-                "ids": [outcome.job.id for outcome in outcomes],
-                "attempts": [outcome.job.attempt for outcome in outcomes],
-                "states": [outcome.state for outcome in outcomes],
-                "results": [
-                    None if outcome.result is None else Jsonb(outcome.result)
-                    for outcome in outcomes
-                ],
-                "errors": [
-                    None if outcome.error is None else Jsonb(outcome.error) for outcome in outcomes
-                ],
-                "delays": [outcome.delay for outcome in outcomes],
-                "attempts_given_back": [outcome.attempt_given_back for outcome in outcomes],
-            },
+            ended_batches, {"worker_id": self.id, "outcomes": outcome_records(outcomes)}
         )
         written = {row[0] for row in rows}
         committed.append(lambda: self._outcomes_written(outcomes, written))
@@ -603,7 +588,17 @@ class Worker(Loop):
     def _handler_thread(self) -> None:
         """Runs jobs one at a time: a thread is a slot, for async handlers too (it waits for
         the event loop to run them), so that ``concurrency`` bounds both."""
-        while (running := self._work.get()) is not None:
+        while True:
+            # A thread going straight from one job to the next checked its database
+            # connections as the last one ended; one that waited for work checks them again.
+            try:
+                running = self._work.get_nowait()
+                connections_checked = True
+            except queue.Empty:
+                running = self._work.get()
+                connections_checked = False
+            if running is None:
+                return
             if self._ready.pop(running.job.id, None) is None:
                 continue  # taken back before it started: stopping, cancelled, lease lost
             handler = running.handler
@@ -616,7 +611,7 @@ class Worker(Loop):
             else:
                 token = current_flag.set(running.cancel)
                 try:
-                    outcome = run_sync(running.job, handler)
+                    outcome = run_sync(running.job, handler, connections_checked)
                 finally:
                     current_flag.reset(token)
             self._finished.append((running, outcome))
