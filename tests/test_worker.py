@@ -18,6 +18,7 @@ from demo.models import Execution
 from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
 from django_eddyq.worker import Worker
+from django_eddyq.worker.passes import Pass
 from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
@@ -419,13 +420,14 @@ def test_jobs_claimed_ahead_never_run_more_handlers_than_the_concurrency(
     run_burst_worker: RunWorker, monkeypatch: pytest.MonkeyPatch, probe: Any
 ) -> None:
     claimed: list[int] = []
-    claim = Worker._claim
+    run_pass = Worker._run_pass
 
-    def counted_claim(self: Worker, committed: list[Callable[[], None]]) -> int:
-        claimed.append(claim(self, committed))
-        return claimed[-1]
+    def counted_pass(self: Worker, planned: Pass) -> Pass:
+        done = run_pass(self, planned)
+        claimed.append(len(done.claimed))
+        return done
 
-    monkeypatch.setattr(Worker, "_claim", counted_claim)
+    monkeypatch.setattr(Worker, "_run_pass", counted_pass)
     monkeypatch.setattr(jobs.Overlap, "most", 0)
     probe.enqueue_many([(0.002,)] * 60)
 

@@ -13,10 +13,9 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_until_done
-from contextlib import nullcontext
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -26,7 +25,6 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_eddyq import db, sql
 from django_eddyq.base import validate_queue_name
-from django_eddyq.batches import complete_batches
 from django_eddyq.cancellation import CancelFlag, current_flag
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
@@ -41,21 +39,18 @@ from django_eddyq.worker.execution import (
     Outcome,
     cancelled,
     failure,
-    outcome_records,
     returned,
     run_async,
     run_sync,
     timed_out,
 )
+from django_eddyq.worker.passes import Pass, run_pass
 
 logger = logging.getLogger("django_eddyq")
 
 # Reconnection waits grow from this, doubling, up to the cap.
 RECONNECT_FIRST_SECONDS = 0.5
 RECONNECT_MAX_SECONDS = 10.0
-TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
-# How many due jobs a burst worker promotes per pass.
-PROMOTE_BATCH = 1000
 # A handler still running this long after its timeout is stuck: its thread (or the event loop)
 # is not coming back. Short, since its job is already recorded as timed out; long enough for a
 # handler that is merely slow to unwind.
@@ -67,9 +62,10 @@ STUCK_EXIT_CODE = 75
 # free. The extra ones wait about this long at most at the recent pace of the worker's jobs
 # (none are claimed ahead of slow jobs, so that other workers get them)...
 CLAIM_AHEAD_SECONDS = 0.02
-# ... and never more than this many times its concurrency. One that has not started after
+# ... and never more than this many times its concurrency (it bounds only jobs of well under a
+# millisecond). One that has not started after
 # READY_MAX_WAIT_SECONDS (long jobs took every slot meanwhile) goes back to the queue.
-CLAIM_AHEAD_FACTOR = 3
+CLAIM_AHEAD_FACTOR = 10
 READY_MAX_WAIT_SECONDS = 1.0
 # When stopping, a job not started this long after it was queued goes back at once: a free
 # thread takes a queued job up within a moment, so it is waiting for a slot.
@@ -104,11 +100,12 @@ class RunningJob:
 class Worker(Loop):
     """One worker process's job loop.
 
-    The main thread owns all bookkeeping and the worker's own database connection; handler
-    threads only take queued jobs (from ``_ready``, which the main thread may take them back
-    from) and hand back outcomes. Each pass writes the finished jobs in one statement, renews
-    leases when due, then claims as many jobs as there are free slots (and, while its jobs
-    finish quickly, a few more: see ``_claim_room``).
+    The main thread owns all bookkeeping; handler threads only take queued jobs (from
+    ``_ready``, which the main thread may take them back from) and hand back outcomes; the
+    database thread runs the passes the main thread plans, on the worker's own connection, one
+    at a time. Each pass writes the finished jobs in one statement, renews leases when due,
+    then claims as many jobs as there are free slots (and, while its jobs finish quickly, a few
+    more: see ``_claim_room``), all in one transaction.
     """
 
     name = "worker"
@@ -137,6 +134,9 @@ class Worker(Loop):
         self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
         self._listener: Listener | None = None
         self._threads: list[threading.Thread] = []
+        # Passes for the database thread; the one sent and not yet acted on, with its result.
+        self._passes: queue.SimpleQueue[tuple[Pass, Future[Pass]] | None] = queue.SimpleQueue()
+        self._in_flight: tuple[Pass, Future[Pass]] | None = None
         self._work: queue.SimpleQueue[RunningJob | None] = queue.SimpleQueue()
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._event_loop_thread: threading.Thread | None = None
@@ -150,10 +150,15 @@ class Worker(Loop):
         self._finished: deque[tuple[RunningJob, Outcome]] = deque()  # appended by handlers
         self._cancel_requests: deque[int] = deque()  # appended by the listener
         self._queues_touched_at: dict[str, float] = {}
+        self._queues_to_touch: list[str] = []
         self._to_write: list[Outcome] = []
         self._next_heartbeat = 0.0
-        self._claimed_full_batch = False
-        self._claimed_full_batch_before = False
+        # A claim that came back full: more jobs may be waiting. After one that came back
+        # short, the next waits for a notification of new jobs, outcomes to write, or the poll
+        # interval.
+        self._claim_more = False
+        self._jobs_notified = False
+        self._next_poll = 0.0
         self._drain_deadline: float | None = None
         # Timed out, their outcome decided, but their handler has not returned: each still
         # holds its slot.
@@ -185,6 +190,10 @@ class Worker(Loop):
             self._listener = listener
         if self.elector is not None:
             self.elector.start()
+        database_thread = threading.Thread(
+            target=self._database_thread, name="eddyq-database", daemon=True
+        )
+        database_thread.start()
         for number in range(self.concurrency):
             thread = threading.Thread(
                 target=self._handler_thread, name=f"eddyq-handler-{number}", daemon=True
@@ -213,6 +222,7 @@ class Worker(Loop):
             self._listener.stop()
         for _ in self._threads:
             self._work.put(None)
+        self._passes.put(None)
         self._close_event_loop()
         if self._connection is not None:
             self._connection.close()
@@ -275,7 +285,11 @@ class Worker(Loop):
                     if len(stuck) >= self.concurrency:
                         self._give_up(stuck)
                         break
-                if self.stopping and (not self._running or self._past_drain_deadline()):
+                if (
+                    self.stopping
+                    and self._in_flight is None
+                    and (not self._running or self._past_drain_deadline())
+                ):
                     break
                 if self.burst and self._idle():
                     break
@@ -286,36 +300,136 @@ class Worker(Loop):
 
     # One pass.
     def run_once(self, now: datetime | None = None) -> int:
-        """Write what finished, renew leases when due, claim for the free slots.
+        """Act on the pass in flight once it has committed; plan and send the next one.
 
-        Several statements share one transaction, so one commit (one WAL flush) serves them
-        all; what they mean for this worker (jobs started, leases given up) is acted on only
-        once it is committed.
+        The next pass goes to the database thread before the jobs the last one claimed are
+        started, so that the database runs it while this thread starts them; with nothing to
+        do meanwhile, this thread runs it itself (a job waiting alone starts sooner). What a
+        pass means for this worker (jobs started, outcomes written, leases given up) is acted
+        on only once it has committed. Returns the rows the pass acted on changed.
         """
         self._apply_cancel_requests()
         self._collect_finished()
         self._return_ready(waited=self._ready_max_wait())
         self._check_deadlines()
-        self._claimed_full_batch_before = self._claimed_full_batch
-        self._claimed_full_batch = False
-        heartbeat_due = time.monotonic() >= self._next_heartbeat
-        claiming = not self.stopping and self._claim_room() > 0
-        statements = bool(self._to_write) + heartbeat_due + claiming * (1 + self.burst)
-        committed: list[Callable[[], None]] = []
+        done = self._committed_pass()
+        if self._in_flight is None and (planned := self._plan()) is not None:
+            self._send(planned, here=done is None)
+            if done is None:
+                done = self._committed_pass()
+        if done is None:
+            return 0
+        self._act_on(done)
+        return done.changed
+
+    def _committed_pass(self) -> Pass | None:
+        """The pass in flight, if it has committed (its error, if it failed)."""
+        if self._in_flight is None or not self._in_flight[1].done():
+            return None
+        planned, result = self._in_flight
+        self._in_flight = None
+        try:
+            done = result.result()
+        except BaseException:
+            # Not written: the outcomes go in the next pass.
+            self._to_write[:0] = planned.outcomes
+            raise
+        # What the next plan must know at once; the rest waits for _act_on.
+        self._busy_slots += len(done.claimed)
+        if done.claim:
+            self._claim_more = len(done.claimed) == done.claim
+            if not self._claim_more:
+                self._next_poll = time.monotonic() + self.interval()
+        return done
+
+    def _plan(self) -> Pass | None:
+        """The next pass: what finished, a heartbeat when due, a claim when there is room."""
+        now = time.monotonic()
+        renew: list[int] = []
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self._heartbeat_seconds()
+            renew = [job_id for job_id, running in self._running.items() if not running.settled]
+        claim = 0
+        if self._wants_to_claim(now):
+            claim = claim_limit(self._claim_room())
+            self._jobs_notified = False
+        planned = Pass(
+            outcomes=self._to_write,
+            renew=renew,
+            # A burst worker promotes due jobs itself, but only once the available ones run
+            # short: not a statement in every pass.
+            promote=self.burst and claim > 0 and not self._claim_more,
+            claim=claim,
+            touch=self._queues_to_touch,
+        )
+        if planned.is_empty():
+            return None
+        self._to_write, self._queues_to_touch = [], []
+        return planned
+
+    def _wants_to_claim(self, now: float) -> bool:
+        """Whether to claim: with room, when jobs may be waiting. A pass that writes outcomes
+        claims after them, so that it sees what they made available (a batch's callback, a
+        job a handler enqueued)."""
+        return (
+            not self.stopping
+            and self._claim_room() > 0
+            and (
+                self._claim_more
+                or self._jobs_notified
+                or bool(self._to_write)
+                or now >= self._next_poll
+            )
+        )
+
+    def _send(self, planned: Pass, *, here: bool) -> None:
+        """Run the pass on this thread (``here``), or hand it to the database thread."""
+        result: Future[Pass] = Future()
+        self._in_flight = (planned, result)
+        if here:
+            self._run_into(planned, result)
+        else:
+            self._passes.put((planned, result))
+
+    def _database_thread(self) -> None:
+        """Runs the passes the main thread sends, and wakes it when each has ended."""
+        while (item := self._passes.get()) is not None:
+            self._run_into(*item)
+            self.wake()
+
+    def _run_into(self, planned: Pass, result: Future[Pass]) -> None:
+        try:
+            result.set_result(self._run_pass(planned))
+        except BaseException as error:
+            result.set_exception(error)
+
+    def _run_pass(self, planned: Pass) -> Pass:
         assert self._connection is not None
-        with self._connection.transaction() if statements > 1 else nullcontext():
-            changed = self._write_outcomes(committed)
-            if heartbeat_due:
-                self._heartbeat(committed)
-            if claiming:
-                # A burst worker promotes due jobs itself, but only once the available ones
-                # run short: not a statement in every pass.
-                if self.burst and not self._claimed_full_batch_before:
-                    changed += self._promote_due()
-                changed += self._claim(committed)
-        for act in committed:
-            act()
-        return changed
+        return run_pass(
+            self._connection,
+            planned,
+            worker_id=self.id,
+            lease_seconds=self._lease_seconds(),
+            queues=self.queues,
+        )
+
+    def _act_on(self, done: Pass) -> None:
+        """What a committed pass means for this worker."""
+        if done.outcomes:
+            self._outcomes_written(done.outcomes, done.written)
+        if done.renew:
+            self._leases_renewed(done.renew, done.renewed)
+        for job in done.claimed:
+            if self.stopping:
+                # Claimed as the stop came: it goes back without starting.
+                self._busy_slots -= 1
+                self._to_write.append(returned(job))
+            else:
+                self._start(job)
+        # Claims keep their queues' rows fresh for the queue cleaner, every few seconds.
+        self._queues_to_touch.extend(
+            due_for_touch(self._queues_touched_at, {job.queue for job in done.claimed})
+        )
 
     def _collect_finished(self) -> None:
         while self._finished:
@@ -405,40 +519,11 @@ class Worker(Loop):
         )
         self.stop()
 
-    def _write_outcomes(self, committed: list[Callable[[], None]]) -> int:
-        if not self._to_write:
-            return 0
-        outcomes = self._to_write
-        ended_batches = sorted(
-            {
-                outcome.job.batch_id
-                for outcome in outcomes
-                if outcome.job.batch_id is not None and outcome.state in TERMINAL_STATES
-            }
-        )
-        rows = self._finish(
-            ended_batches, {"worker_id": self.id, "outcomes": outcome_records(outcomes)}
-        )
-        written = {row[0] for row in rows}
-        committed.append(lambda: self._outcomes_written(outcomes, written))
-        return len(written)
-
     def _outcomes_written(self, outcomes: list[Outcome], written: set[int]) -> None:
-        self._to_write = self._to_write[len(outcomes) :]
         for outcome in outcomes:
             self._running.pop(outcome.job.id, None)
             self.processed += 1
             self._log_outcome(outcome, written=outcome.job.id in written)
-
-    def _finish(self, ended_batches: list[int], params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """One statement, or for batch jobs one transaction that also completes their batches."""
-        if not ended_batches:
-            return self._execute(sql.FINISH_JOBS, params)
-        assert self._connection is not None
-        with self._connection.transaction(), self._connection.cursor() as cursor:
-            rows = cursor.execute(sql.FINISH_JOBS, params).fetchall()
-            complete_batches(cursor, ended_batches)
-        return rows
 
     def _log_outcome(self, outcome: Outcome, *, written: bool) -> None:
         job = outcome.job
@@ -470,20 +555,9 @@ class Worker(Loop):
                 outcome.summary,
             )
 
-    def _heartbeat(self, committed: list[Callable[[], None]]) -> None:
-        self._next_heartbeat = time.monotonic() + self._heartbeat_seconds()
-        held = [job_id for job_id, running in self._running.items() if not running.settled]
-        if not held:
-            return
-        rows = self._execute(
-            sql.HEARTBEAT,
-            {"ids": held, "worker_id": self.id, "lease_seconds": self._lease_seconds()},
-        )
-        committed.append(lambda: self._leases_renewed(held, rows))
-
-    def _leases_renewed(self, held: list[int], rows: list[tuple[Any, ...]]) -> None:
-        renewed = {row[0] for row in rows}
-        self._cancel_requests.extend(row[0] for row in rows if row[1])
+    def _leases_renewed(self, held: list[int], rows: list[tuple[int, bool]]) -> None:
+        renewed = {job_id for job_id, _ in rows}
+        self._cancel_requests.extend(job_id for job_id, cancelled in rows if cancelled)
         self._apply_cancel_requests()
         for job_id in held:
             if job_id in renewed:
@@ -505,27 +579,6 @@ class Worker(Loop):
                 running.job.task,
             )
 
-    def _promote_due(self) -> int:
-        statement, params = (
-            (sql.PROMOTE_DUE_FROM_QUEUES, {"queues": self.queues})
-            if self.queues
-            else (sql.PROMOTE_DUE_ANY_QUEUE, {})
-        )
-        rows = self._execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
-        return int(rows[0][0])
-
-    def _claim(self, committed: list[Callable[[], None]]) -> int:
-        limit = claim_limit(self._claim_room())
-        rows = self._execute(
-            sql.claim_statement(limit, from_queues=self.queues is not None),
-            {"queues": self.queues, "worker_id": self.id, "lease_seconds": self._lease_seconds()},
-        )
-        jobs = sorted((ClaimedJob(*row) for row in rows), key=_claim_order)
-        self._touch_queues({job.queue for job in jobs})
-        self._claimed_full_batch = len(jobs) == limit
-        committed.append(lambda: self._ready_to_start(jobs))
-        return len(jobs)
-
     def _claim_room(self) -> int:
         """How many jobs a claim may take now: the free slots, and while jobs finish quickly,
         some to start as soon as slots free up."""
@@ -534,11 +587,6 @@ class Worker(Loop):
             pace = self.concurrency * CLAIM_AHEAD_SECONDS / max(self._run_seconds, 1e-6)
             ahead = min(self.concurrency * CLAIM_AHEAD_FACTOR, int(pace))
         return self.concurrency + ahead - self._busy_slots
-
-    def _ready_to_start(self, jobs: list[ClaimedJob]) -> None:
-        self._busy_slots += len(jobs)
-        for job in jobs:
-            self._start(job)
 
     def _take_back(self, job_id: int) -> RunningJob | None:
         """The job, if no handler thread has started it yet, which now none will."""
@@ -561,12 +609,6 @@ class Worker(Loop):
                 # The recent pace no longer holds (long jobs hold the slots): claim no more
                 # ahead until jobs finish again.
                 self._run_seconds = None
-
-    def _touch_queues(self, queues: set[str]) -> None:
-        """Claims keep their queues' rows fresh for the queue cleaner, every few seconds."""
-        stale = due_for_touch(self._queues_touched_at, queues)
-        if stale:
-            self._execute_no_result(sql.TOUCH_QUEUES, {"queues": stale})
 
     def _start(self, job: ClaimedJob) -> None:
         try:
@@ -656,6 +698,7 @@ class Worker(Loop):
 
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:
+            self._jobs_notified = True
             self.wake()
 
     def _recover_stale(self) -> None:
@@ -668,14 +711,6 @@ class Worker(Loop):
             logger.info("eddyq worker %s: rescued %d stale jobs at start-up", self.id, rescued)
 
     # Helpers.
-    def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        assert self._connection is not None
-        return self._connection.execute(statement, params).fetchall()
-
-    def _execute_no_result(self, statement: str, params: dict[str, Any]) -> None:
-        assert self._connection is not None
-        self._connection.execute(statement, params)
-
     def _reconnect(self, error: psycopg.OperationalError) -> None:
         logger.warning("eddyq worker %s lost its database connection: %s", self.id, error)
         wait = RECONNECT_FIRST_SECONDS
@@ -695,6 +730,16 @@ class Worker(Loop):
 
     def _hand_back_unfinished(self) -> None:
         """Jobs still running at shutdown go back to available, their attempt not counted."""
+        if self._in_flight is not None:
+            # Only after giving up on stuck handlers: the pass ends, what it claimed goes back.
+            wait_until_done([self._in_flight[1]])
+            try:
+                done = self._committed_pass()
+            except psycopg.Error as error:
+                logger.warning("eddyq worker %s: its last pass failed: %s", self.id, error)
+            else:
+                assert done is not None
+                self._act_on(done)
         self._collect_finished()
         self._return_ready()
         self._to_write.extend(
@@ -710,11 +755,12 @@ class Worker(Loop):
                     outcome.job.id,
                     outcome.job.task,
                 )
-        committed: list[Callable[[], None]] = []
+        if not self._to_write:
+            return
+        last = Pass(outcomes=self._to_write, renew=[], promote=False, claim=0, touch=[])
+        self._to_write = []
         try:
-            self._write_outcomes(committed)
-            for act in committed:
-                act()
+            self._act_on(self._run_pass(last))
         except psycopg.Error:
             logger.exception(
                 "eddyq worker %s could not record its last outcomes; the rescuer will retry "
@@ -724,20 +770,29 @@ class Worker(Loop):
 
     def _idle(self) -> bool:
         return (
-            not self._running
+            self._in_flight is None
+            and not self._running
             and not self._finished
             and not self._to_write
-            and not self._claimed_full_batch
+            and not self._claim_more
         )
 
     def _past_drain_deadline(self) -> bool:
         return self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
 
     def _next_wait(self) -> float:
-        if self._finished or self._to_write or self._claimed_full_batch:
-            return 0.0
         now = time.monotonic()
-        wait = min(self.interval(), max(self._next_heartbeat - now, 0.0))
+        if self._in_flight is not None:
+            # Its end wakes this thread; what it will do next waits for it.
+            wait = self.interval()
+        elif self._finished or self._to_write or self._queues_to_touch or self._wants_to_claim(now):
+            return 0.0
+        else:
+            wait = max(self._next_heartbeat - now, 0.0)
+            if not self.stopping and self._claim_room() > 0:
+                wait = min(wait, max(self._next_poll - now, 0.0))
+            if self.stopping and self._drain_deadline is not None:
+                wait = min(wait, max(self._drain_deadline - now, 0.0))
         if self._ready:
             oldest = next(iter(self._ready.values())).queued_at
             wait = min(wait, max(oldest + self._ready_max_wait() - now, 0.0))
@@ -748,8 +803,6 @@ class Worker(Loop):
             # When it will count as stuck (a wait of 0 once it does would spin).
             if running.deadline is not None and running.deadline + STUCK_GRACE_SECONDS > now:
                 wait = min(wait, running.deadline + STUCK_GRACE_SECONDS - now)
-        if self.stopping and self._drain_deadline is not None:
-            wait = min(wait, max(self._drain_deadline - now, 0.0))
         return wait
 
     @staticmethod
