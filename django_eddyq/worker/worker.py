@@ -62,9 +62,9 @@ STUCK_EXIT_CODE = 75
 # free. The extra ones wait about this long at most at the recent pace of the worker's jobs
 # (none are claimed ahead of slow jobs, so that other workers get them)...
 CLAIM_AHEAD_SECONDS = 0.02
-# ... and never more than this many times its concurrency (it bounds only jobs of well under a
-# millisecond). One that has not started after
-# READY_MAX_WAIT_SECONDS (long jobs took every slot meanwhile) goes back to the queue.
+# ... and never more than this many times its concurrency (a bound only for jobs of well under a
+# millisecond). One that has not started after READY_MAX_WAIT_SECONDS (long jobs took every
+# slot meanwhile) goes back to the queue.
 CLAIM_AHEAD_FACTOR = 10
 READY_MAX_WAIT_SECONDS = 1.0
 # When stopping, a job not started this long after it was queued goes back at once: a free
