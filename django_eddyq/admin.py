@@ -121,8 +121,9 @@ class QueueFilter(admin.SimpleListFilter):
 
 class TaskFilter(admin.SimpleListFilter):
     """The tasks of the jobs, read off ``eddyq_jobs_task_idx`` by a skip scan: one index probe
-    per distinct task, at most ``inspection.TASK_LIMIT`` of them, never a scan of the jobs. A
-    task past that limit can still be filtered by URL (``?task=path``) or found by search."""
+    per distinct task, at most ``inspection.TASK_LIMIT`` of them, never a scan of the jobs. The
+    index leaves out available and running jobs, which pass through: a task that has only such
+    jobs, or one past the limit, can still be filtered by URL (``?task=path``) or searched."""
 
     title = _("task")
     parameter_name = "task"

@@ -277,14 +277,18 @@ def queue_names(using: str | None = None, limit: int = QUEUE_LIMIT) -> list[str]
     return list(queues.values_list("name", flat=True)[:limit])
 
 
-# The distinct tasks of the jobs by a skip scan of eddyq_jobs_task_idx: each step one index probe
-# for the next task after the previous one; the LIMIT stops the recursion.
+# The distinct tasks of the jobs eddyq_jobs_task_idx holds (all but the available and running
+# ones), by a skip scan of it: each step one index probe for the next task after the previous
+# one; the LIMIT stops the recursion. The state test is the index's own predicate.
 TASK_NAMES = """
 WITH RECURSIVE tasks(task) AS (
-    (SELECT task FROM eddyq_jobs ORDER BY task LIMIT 1)
+    (SELECT task FROM eddyq_jobs
+     WHERE NOT (state IN ('available', 'running'))
+     ORDER BY task LIMIT 1)
     UNION ALL
     SELECT (SELECT job.task FROM eddyq_jobs AS job
-            WHERE job.task > previous.task ORDER BY job.task LIMIT 1)
+            WHERE job.task > previous.task AND NOT (job.state IN ('available', 'running'))
+            ORDER BY job.task LIMIT 1)
     FROM tasks AS previous
     WHERE previous.task IS NOT NULL
 )
@@ -293,7 +297,8 @@ SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
 
 
 def task_names(using: str | None = None, limit: int = TASK_LIMIT) -> list[str]:
-    """The first ``limit`` task paths of the jobs (expired ones included), sorted."""
+    """The first ``limit`` task paths of the jobs that are neither available nor running
+    (expired ones included), sorted."""
     with connections[using or eddyq_settings.DATABASE].cursor() as cursor:
         cursor.execute(TASK_NAMES, {"limit": limit})
         return [name for (name,) in cursor.fetchall()]

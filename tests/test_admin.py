@@ -197,10 +197,16 @@ def test_queue_filter_choices_come_from_the_queue_table(superuser: Client) -> No
 
 
 def test_task_filter(superuser: Client) -> None:
-    adds = [JobFactory(task="tests.jobs.add") for _ in range(3)]
-    echo = JobFactory(task="tests.jobs.echo")
+    adds = [
+        JobFactory(task="tests.jobs.add", finished=True),
+        JobFactory(task="tests.jobs.add", failed=True),
+        JobFactory(task="tests.jobs.add", state=Job.State.SCHEDULED),
+    ]
+    echo = JobFactory(task="tests.jobs.echo", failed=True)
+    passing = JobFactory(task="tests.jobs.record")  # available: passing through
     response = superuser.get(JOBS)
     spec = next(spec for spec in response.context["cl"].filter_specs if spec.title == "task")
+    # The choices are the tasks of the jobs that stay: not those only available or running.
     assert [choice for choice, _label in spec.lookup_choices] == [
         "tests.jobs.add",
         "tests.jobs.echo",
@@ -209,11 +215,13 @@ def test_task_filter(superuser: Client) -> None:
     assert set(ids_listed(superuser.get(JOBS, {"task": "tests.jobs.add"}))) == {
         job.pk for job in adds
     }
+    # Any task can be filtered by URL, whatever its jobs' states.
+    assert ids_listed(superuser.get(JOBS, {"task": "tests.jobs.record"})) == [passing.pk]
 
 
 def test_task_names_stop_at_their_limit() -> None:
     for n in range(5):
-        JobFactory(task=f"tests.jobs.task_{n}")
+        JobFactory(task=f"tests.jobs.task_{n}", finished=True)
     assert inspection.task_names(limit=3) == [f"tests.jobs.task_{n}" for n in range(3)]
 
 
@@ -224,6 +232,14 @@ def test_task_filter_reads_the_task_index() -> None:
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "eddyq_jobs_task_idx" in plan
     assert "Seq Scan" not in plan
+
+
+def test_failed_jobs_of_a_task_are_found_by_the_task_index() -> None:
+    JobFactory(task="tests.jobs.add", failed=True)
+    queryset = Job.objects.filter(task="tests.jobs.add", state=Job.State.FAILED)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    assert "eddyq_jobs_task_idx" in queryset.explain()
 
 
 def test_batch_filter(superuser: Client) -> None:

@@ -50,7 +50,7 @@ def busy_queue() -> None:
         cursor.execute("ANALYZE eddyq_queues")
 
 
-def test_only_the_primary_key_and_the_task_index_hold_every_job() -> None:
+def test_only_the_primary_key_holds_every_job() -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -61,7 +61,7 @@ def test_only_the_primary_key_and_the_task_index_hold_every_job() -> None:
             """
         )
         full_indexes = [name for (name,) in cursor.fetchall()]
-    assert full_indexes == ["eddyq_jobs_pkey", "eddyq_jobs_task_idx"]
+    assert full_indexes == ["eddyq_jobs_pkey"]
 
 
 def test_the_jobs_of_a_batch_are_found_by_the_partial_batch_index() -> None:
