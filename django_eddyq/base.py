@@ -135,11 +135,9 @@ class Task[**P, R]:
         Each item is a tuple of positional arguments, a dict of keyword arguments, or a
         ``Call(*args, **kwargs)`` for both.
         """
-        from django_eddyq.producer import JobSpec, insert_jobs
+        from django_eddyq.producer import enqueue_calls
 
-        return insert_jobs(
-            JobSpec.for_calls(self, (_split_call(call, index) for index, call in enumerate(calls)))
-        )
+        return enqueue_calls(self, [_split_call(call, index) for index, call in enumerate(calls)])
 
 
 def _split_call(

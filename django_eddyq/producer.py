@@ -118,6 +118,20 @@ def _due(run_at: datetime | timedelta | None) -> tuple[datetime | None, float]:
     return None, 0.0
 
 
+def enqueue_calls(
+    task: Task[Any, Any], calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[Job]:
+    """A job of ``task`` for each ``(args, kwargs)`` of ``calls``, all of them or none.
+
+    From ``COPY_THRESHOLD`` calls (of a task whose jobs are not unique), each call's arguments
+    are checked as its row is written: checking, writing and the database's work overlap, and
+    an invalid call rolls back the rows before it.
+    """
+    if len(calls) < COPY_THRESHOLD or task.unique_key is not None or task.unique_for is not None:
+        return insert_jobs(JobSpec.for_calls(task, calls))
+    return _copy_calls(eddyq_settings.DATABASE, JobSpec.for_task(task, (), {}), calls)
+
+
 def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     """Insert the jobs in one statement on the queue's database, in the caller's transaction.
 
@@ -127,9 +141,9 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     if not specs:
         return []
     alias = eddyq_settings.DATABASE
-    if cursor is None and len(specs) >= COPY_THRESHOLD and all(s.unique_key is None for s in specs):
-        return _copy_jobs(alias, specs)
-    touch = _queues_to_touch(alias, specs, django_transaction=cursor is None)
+    touch = _queues_to_touch(
+        alias, {spec.queue for spec in specs}, django_transaction=cursor is None
+    )
     if len(specs) == 1 and specs[0].unique_key is None and not touch:
         return _insert_one(alias, specs[0], cursor)
     params: dict[str, Any] = {
@@ -192,61 +206,66 @@ COPY_SPECIAL = re.compile(r"[\\\t\n\r]")
 COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-def _copy_jobs(alias: str, specs: Sequence[JobSpec]) -> list[Job]:
-    """Insert many jobs with COPY, in one transaction: ids and the database's clock first, then
-    the rows, then the queue rows and the wake-ups, exactly as the INSERT would."""
+def _copy_calls(
+    alias: str, template: JobSpec, calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]
+) -> list[Job]:
+    """Insert a job like ``template`` for each call with COPY, in one transaction: ids and the
+    database's clock first, then the rows, then the queue row and the wake-up, exactly as the
+    INSERT would.
+
+    Every column but the id and the arguments is the template's, so each row is its id and
+    arguments between two fixed pieces of text, and each ``Job`` a copy of one dict. While a
+    chunk of calls is checked and written, a writer thread sends the previous one.
+    """
+    from django_eddyq.models import Job
+
     with transaction.atomic(using=alias), bound_cursor(alias) as cursor:
-        cursor.execute(sql.RESERVE_JOB_IDS, {"count": len(specs)})
+        cursor.execute(sql.RESERVE_JOB_IDS, {"count": len(calls)})
         now, ids = cursor.fetchone()  # type: ignore[misc]
-        rows = []
-        for spec, job_id in zip(specs, ids, strict=True):
-            if spec.run_at is None and not spec.delay:
-                rows.append((job_id, "available", now, now, None))
-                continue
-            run_at = spec.run_at or now + timedelta(seconds=spec.delay)
-            rows.append((job_id, "scheduled" if run_at > now else "available", run_at, now, None))
-        # Most jobs run now: their run_at is created_at, written once.
-        timestamps = {now: now.isoformat()}
-        # A writer thread sends each chunk while the next one is formatted.
+        run_at = now
+        if template.run_at is not None or template.delay:
+            run_at = template.run_at or now + timedelta(seconds=template.delay)
+        state = "scheduled" if run_at > now else "available"
+        metadata = normalize_json(template.metadata, where="metadata")
+        head = f"\t{_copy_text(template.task)}\t"
+        tail = (
+            f"\t{_copy_text(template.queue)}\t{template.priority}\t{state}\t0\t"
+            f"{template.max_attempts}\t{run_at.isoformat()}\t{now.isoformat()}\t[]\t"
+            f"{COPY_NULL if template.retention is None else _copy_json(template.retention)}\t"
+            f"{_copy_json(metadata)}\t"
+            f"{COPY_NULL if template.batch_id is None else template.batch_id}\n"
+        )
+        fields = _job_fields(template, state, run_at, now, None)
+        jobs: list[Job] = []
         with cursor.copy(sql.COPY_JOBS, writer=QueuedLibpqWriter(cursor)) as copy:
-            for chunk in itertools.batched(zip(specs, rows, strict=True), COPY_CHUNK):
-                copy.write("".join(_copy_line(spec, row, timestamps) for spec, row in chunk))
-        queues = sorted({spec.queue for spec in specs})
-        if _queues_to_touch(alias, specs, django_transaction=True):
-            cursor.execute(sql.CREATE_AND_TOUCH_QUEUES, {"queues": queues})
+            for chunk in itertools.batched(zip(calls, ids, strict=True), COPY_CHUNK):
+                lines = []
+                for (given_args, given_kwargs), job_id in chunk:
+                    args, kwargs = normalize_arguments(given_args, given_kwargs)
+                    lines.append(f"{job_id}{head}{_copy_json(args)}\t{_copy_json(kwargs)}{tail}")
+                    jobs.append(
+                        _job(
+                            Job,
+                            alias,
+                            fields,
+                            job_id,
+                            args,
+                            kwargs,
+                            None if template.retention is None else dict(template.retention),
+                            dict(template.metadata),
+                        )
+                    )
+                copy.write("".join(lines))
+        if _queues_to_touch(alias, {template.queue}, django_transaction=True):
+            cursor.execute(sql.CREATE_AND_TOUCH_QUEUES, {"queues": [template.queue]})
         cursor.execute(
             sql.NOTIFY_NEW_JOBS,
             {
-                "available_queues": sorted(
-                    {
-                        spec.queue
-                        for spec, row in zip(specs, rows, strict=True)
-                        if row[1] == "available"
-                    }
-                ),
-                "scheduled": any(row[1] == "scheduled" for row in rows),
+                "available_queues": [template.queue] if state == "available" else [],
+                "scheduled": state == "scheduled",
             },
         )
-    return _jobs(alias, specs, rows)
-
-
-def _copy_line(
-    spec: JobSpec,
-    row: tuple[int, str, datetime, datetime, None],
-    timestamps: dict[datetime, str],
-) -> str:
-    """One job as a line of COPY's text format, written here rather than by psycopg's
-    per-value adapters, which were most of a large ``enqueue_many``."""
-    job_id, state, run_at, created_at, _ = row
-    metadata = spec.metadata and normalize_json(spec.metadata, where="metadata")
-    return (
-        f"{job_id}\t{_copy_text(spec.task)}\t{_copy_json(spec.args)}\t"
-        f"{_copy_json(spec.kwargs)}\t{_copy_text(spec.queue)}\t{spec.priority}\t{state}\t0\t"
-        f"{spec.max_attempts}\t{timestamps.get(run_at) or run_at.isoformat()}\t"
-        f"{timestamps[created_at]}\t[]\t"
-        f"{COPY_NULL if spec.retention is None else _copy_json(spec.retention)}\t"
-        f"{_copy_json(metadata)}\t{COPY_NULL if spec.batch_id is None else spec.batch_id}\n"
-    )
+    return jobs
 
 
 def _copy_json(value: Any) -> str:
@@ -322,13 +341,13 @@ def due_for_touch[K](touched_at: dict[K, float], keys: Iterable[K]) -> list[K]:
     return due
 
 
-def _queues_to_touch(alias: str, specs: Sequence[JobSpec], *, django_transaction: bool) -> bool:
-    """Whether this insert should create and touch its queues' rows.
+def _queues_to_touch(alias: str, queues: set[str], *, django_transaction: bool) -> bool:
+    """Whether this insert should create and touch the rows of its ``queues``.
 
     Through Django's connection the touch counts only once committed: after a rollback, the
     next enqueue must still create the row.
     """
-    keys = {(alias, spec.queue) for spec in specs}
+    keys = {(alias, queue) for queue in queues}
     if not django_transaction:
         return bool(due_for_touch(_queues_touched_at, keys))
     now = time.monotonic()
@@ -341,40 +360,76 @@ def _queues_to_touch(alias: str, specs: Sequence[JobSpec], *, django_transaction
 
 
 def _jobs(alias: str, specs: Sequence[JobSpec], rows: Sequence[tuple[Any, ...]]) -> list[Job]:
-    """The inserted jobs as model instances, built like ``Model.from_db`` builds them but
-    without ``__init__``'s per-field work: it dominated a large ``enqueue_many``."""
+    """The inserted jobs as model instances."""
     from django_eddyq.models import Job
 
-    jobs = []
-    for spec, (job_id, state, run_at, created_at, unique_key, *_) in zip(specs, rows, strict=True):
-        job = Job.__new__(Job)
-        job.__dict__.update(
-            id=job_id,
-            task=spec.task,
-            args=spec.args,
-            kwargs=spec.kwargs,
-            queue=spec.queue,
-            priority=spec.priority,
-            state=state,
-            attempt=0,
-            max_attempts=spec.max_attempts,
-            run_at=run_at,
-            created_at=created_at,
-            attempted_at=None,
-            finalized_at=None,
-            locked_by=None,
-            locked_until=None,
-            heartbeat_at=None,
-            errors=[],
-            result=None,
-            batch_id=spec.batch_id,
-            retention=spec.retention,
-            metadata=spec.metadata,
-            cancel_requested_at=None,
-            unique_key=unique_key,
+    return [
+        _job(
+            Job,
+            alias,
+            _job_fields(spec, state, run_at, created_at, unique_key),
+            job_id,
+            spec.args,
+            spec.kwargs,
+            spec.retention,
+            spec.metadata,
         )
-        job._state = ModelState()
-        job._state.adding = False
-        job._state.db = alias
-        jobs.append(job)
-    return jobs
+        for spec, (job_id, state, run_at, created_at, unique_key, *_) in zip(
+            specs, rows, strict=True
+        )
+    ]
+
+
+def _job_fields(
+    spec: JobSpec, state: str, run_at: datetime, created_at: datetime, unique_key: str | None
+) -> dict[str, Any]:
+    """The field values of a job just inserted from ``spec``, but its id and arguments."""
+    return {
+        "task": spec.task,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "state": state,
+        "attempt": 0,
+        "max_attempts": spec.max_attempts,
+        "run_at": run_at,
+        "created_at": created_at,
+        "attempted_at": None,
+        "finalized_at": None,
+        "locked_by": None,
+        "locked_until": None,
+        "heartbeat_at": None,
+        "result": None,
+        "batch_id": spec.batch_id,
+        "cancel_requested_at": None,
+        "unique_key": unique_key,
+    }
+
+
+def _job(
+    model: type[Job],
+    alias: str,
+    fields: dict[str, Any],
+    job_id: int,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    retention: dict[str, float | None] | None,
+    metadata: dict[str, Any],
+) -> Job:
+    """A job as a model instance, built as ``Model.from_db`` would build it but without
+    ``__init__``'s per-field work, which dominated a large ``enqueue_many``. Its mutable
+    values are its own."""
+    job = model.__new__(model)
+    state = ModelState()
+    state.adding = False
+    state.db = alias
+    job.__dict__ = {
+        **fields,
+        "id": job_id,
+        "args": args,
+        "kwargs": kwargs,
+        "errors": [],
+        "retention": retention,
+        "metadata": metadata,
+        "_state": state,
+    }
+    return job

@@ -109,11 +109,12 @@ INSERT_JOBS = {
 }
 
 # Large enqueues: ids and the transaction's now() first, then COPY, then what the INSERT's CTEs
-# would have done.
-RESERVE_JOB_IDS = """
+# would have done. The sequence is named as a constant: found at run time, by
+# pg_get_serial_sequence or from a subquery, each nextval cost ten times as much.
+JOB_ID_SEQUENCE = "eddyq_jobs_id_seq"
+RESERVE_JOB_IDS = f"""
 SELECT now(), array(
-    SELECT nextval(pg_get_serial_sequence('eddyq_jobs', 'id'))
-    FROM generate_series(1, %(count)s)
+    SELECT nextval('{JOB_ID_SEQUENCE}') FROM generate_series(1, %(count)s)
 )
 """
 

@@ -267,6 +267,27 @@ def test_a_large_enqueue_many_streams_with_copy_and_matches_the_insert() -> None
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_large_enqueue_many_in_a_batch_with_retention_matches_what_is_stored() -> None:
+    import django_eddyq
+    from django_eddyq.producer import COPY_THRESHOLD
+
+    task_with_retention = jobs.add.using(retention={"failed": "1d"}, max_attempts=3)
+    with django_eddyq.batch() as batch:
+        created = task_with_retention.enqueue_many([(n, 1) for n in range(COPY_THRESHOLD)])
+    stored = {job.pk: job for job in Job.objects.filter(batch=batch)}
+    assert len(stored) == COPY_THRESHOLD
+    for job in created:
+        for field in Job._meta.concrete_fields:
+            assert getattr(job, field.attname) == getattr(stored[job.pk], field.attname)
+    # Each job's mutable values are its own.
+    first, second = created[:2]
+    assert first.retention is not second.retention
+    assert first.metadata is not second.metadata
+    assert first.errors is not second.errors
+    assert first.args == [0, 1] and second.args == [1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_large_enqueue_many_rolls_back_with_its_transaction() -> None:
     from django_eddyq.producer import COPY_THRESHOLD
 

@@ -127,3 +127,12 @@ def test_the_claim_limit_takes_most_of_the_room(room: int) -> None:
 
 def test_the_claim_limit_has_few_distinct_values() -> None:
     assert len({claim_limit(room) for room in range(1, 1001)}) < 70
+
+
+def test_the_job_ids_come_from_the_sequence_large_enqueues_reserve_from() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_serial_sequence('eddyq_jobs', 'id')::regclass = %s::regclass",
+            [sql.JOB_ID_SEQUENCE],
+        )
+        assert cursor.fetchone() == (True,)
