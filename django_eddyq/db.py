@@ -7,7 +7,7 @@ never break the worker.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from django.db import connections
@@ -26,12 +26,21 @@ def connection_params(alias: str | None = None) -> dict[str, Any]:
     for key in _DJANGO_ONLY_PARAMS:
         params.pop(key, None)
     params.setdefault("application_name", "django-eddyq")
-    if "prepare_threshold" not in connection.settings_dict["OPTIONS"]:
-        # Django turns prepared statements off for poolers' sake; the worker's few hot
-        # statements gain from them, except behind PgBouncer in transaction mode, which is
-        # what LISTEN_NOTIFY=False declares.
-        params["prepare_threshold"] = 5 if eddyq_settings.LISTEN_NOTIFY else None
+    params["prepare_threshold"] = prepare_threshold(alias)
     return params
+
+
+def prepare_threshold(alias: str | None = None) -> int | None:
+    """After how many runs psycopg prepares the queue's own statements (None: never).
+
+    Django turns prepared statements off for poolers' sake, unless its OPTIONS say otherwise;
+    the queue's few hot statements gain from them, except behind PgBouncer in transaction
+    mode, which is what LISTEN_NOTIFY=False declares.
+    """
+    options = connections[alias or eddyq_settings.DATABASE].settings_dict["OPTIONS"]
+    if "prepare_threshold" in options:
+        return cast("int | None", options["prepare_threshold"])
+    return 5 if eddyq_settings.LISTEN_NOTIFY else None
 
 
 def connect(alias: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:

@@ -19,7 +19,7 @@ from django.db.models.base import ModelState
 from psycopg.copy import QueuedLibpqWriter
 from psycopg.types.json import Jsonb
 
-from django_eddyq import sql
+from django_eddyq import db, sql
 from django_eddyq.arguments import dumps, normalize_arguments, normalize_json
 from django_eddyq.base import validate_queue_name
 from django_eddyq.conf import eddyq_settings
@@ -170,15 +170,15 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
 def _insert_one(alias: str, spec: JobSpec, cursor: Any) -> list[Job]:
     params = {
         "task": spec.task,
-        "args": Jsonb(spec.args, dumps),
-        "kwargs": Jsonb(spec.kwargs, dumps),
+        "args": dumps(spec.args),
+        "kwargs": dumps(spec.kwargs),
         "queue": spec.queue,
         "priority": spec.priority,
         "max_attempts": spec.max_attempts,
         "run_at": spec.run_at,
         "delay": spec.delay,
-        "retention": None if spec.retention is None else Jsonb(spec.retention),
-        "metadata": Jsonb(normalize_json(spec.metadata, where="metadata")),
+        "retention": None if spec.retention is None else dumps(spec.retention),
+        "metadata": dumps(normalize_json(spec.metadata, where="metadata")),
         "batch_id": spec.batch_id,
     }
     return _jobs(alias, [spec], _fetch_all(alias, cursor, sql.INSERT_ONE_JOB, params))
@@ -285,11 +285,22 @@ def _copy_text(text: str) -> str:
 def bound_cursor(alias: str) -> Iterator[psycopg.Cursor[Any]]:
     """A cursor on the very connection (and transaction) Django uses for ``alias``, binding
     parameters on the server: Django's default cursor would quote every element of the big
-    arrays into the SQL text, the slowest part of a large ``enqueue_many``."""
+    arrays into the SQL text, the slowest part of a large ``enqueue_many``.
+
+    Its statements are prepared as the queue's own connections' are (``db.prepare_threshold``):
+    planning the one-job insert took as long as running it. Only for this cursor: Django's
+    own, and the project's, go on as configured.
+    """
     connection = connections[alias]
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        yield cursor
+    raw = connection.connection
+    configured = raw.prepare_threshold
+    raw.prepare_threshold = db.prepare_threshold(alias)
+    try:
+        with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+            yield cursor
+    finally:
+        raw.prepare_threshold = configured
 
 
 def _insert_unique(

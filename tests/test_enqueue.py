@@ -299,3 +299,31 @@ def test_a_large_enqueue_many_rolls_back_with_its_transaction() -> None:
     with pytest.raises(RuntimeError):
         enqueue_then_fail()
     assert not Job.all_objects.exists()
+
+
+def prepared_inserts() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%INSERT INTO eddyq_jobs%%'"
+        )
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_prepares_its_insert_and_leaves_djangos_connection_as_configured() -> None:
+    connection.close()  # a connection of this test's own, with no statement prepared yet
+    for _ in range(7):
+        jobs.add.enqueue(1, 2)
+    assert prepared_inserts() == 1
+    assert connection.connection.prepare_threshold is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_prepares_nothing_behind_a_transaction_pooler() -> None:
+    connection.close()
+    with override_settings(EDDYQ={"LISTEN_NOTIFY": False}):
+        for _ in range(7):
+            jobs.add.enqueue(1, 2)
+    assert prepared_inserts() == 0
