@@ -177,14 +177,16 @@ def plan(queryset: Any) -> str:
 
 
 @pytest.mark.parametrize(
-    ("state", "index"),
+    ("state", "indexes"),
     [
-        ("available", "claim_idx"),
-        ("scheduled", "eddyq_jobs_due_idx"),
-        ("running", "eddyq_jobs_lease_idx"),
-        ("failed", "eddyq_jobs_finalized_idx"),
+        ("available", ["claim_idx"]),
+        # The task index holds these states too; the planner may take either.
+        ("scheduled", ["eddyq_jobs_due_idx", "eddyq_jobs_task_idx"]),
+        ("running", ["eddyq_jobs_lease_idx"]),
+        ("failed", ["eddyq_jobs_finalized_idx", "eddyq_jobs_task_idx"]),
     ],
 )
-def test_queries_by_state_can_use_their_partial_indexes(state: str, index: str) -> None:
+def test_queries_by_state_can_use_their_partial_indexes(state: str, indexes: list[str]) -> None:
     """The hiding condition must not stop a partial index's predicate from being proven."""
-    assert index in plan(Job.objects.filter(state=state).order_by())
+    state_plan = plan(Job.objects.filter(state=state).order_by())
+    assert any(index in state_plan for index in indexes), state_plan
