@@ -66,6 +66,7 @@ def run_pass(
     rolls all of them back.
     """
     ended_batches = planned.ended_batches
+    finish = heartbeat = promote = claim = None
     with connection.pipeline():
         if planned.outcomes:
             finish = connection.execute(
@@ -95,14 +96,14 @@ def run_pass(
         if planned.touch:
             connection.execute(sql.TOUCH_QUEUES, {"queues": planned.touch})
     # Out of pipeline mode: synced, committed, every result in.
-    if planned.outcomes:
+    if finish is not None:
         planned.written = {row[0] for row in finish.fetchall()}
         planned.changed += len(planned.written)
-    if planned.renew:
+    if heartbeat is not None:
         planned.renewed = [(row[0], row[1]) for row in heartbeat.fetchall()]
-    if planned.promote:
+    if promote is not None:
         planned.changed += int(promote.fetchall()[0][0])
-    if planned.claim:
+    if claim is not None:
         planned.claimed = sorted((ClaimedJob(*row) for row in claim.fetchall()), key=_order)
         planned.changed += len(planned.claimed)
     return planned
