@@ -34,6 +34,15 @@ class ExactJSONField(models.JSONField):
         return name, "django.db.models.JSONField", args, kwargs
 
 
+class TransactionNow(models.Func):
+    """When the current transaction started (PostgreSQL's ``now()``); Django's ``Now()`` is
+    when the statement did. A job's times default to it so that a large ``enqueue_many`` can
+    leave them out of its COPY and still return the ``now()`` it read in that transaction."""
+
+    template = "CURRENT_TIMESTAMP"
+    output_field = models.DateTimeField()
+
+
 class Job(models.Model):
     class State(models.TextChoices):
         SCHEDULED = "scheduled", _("scheduled")
@@ -61,8 +70,8 @@ class Job(models.Model):
     )
     attempt = models.PositiveIntegerField(_("attempt"), default=0)
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=25)
-    run_at = models.DateTimeField(_("run at"), db_default=Now())
-    created_at = models.DateTimeField(_("created at"), db_default=Now())
+    run_at = models.DateTimeField(_("run at"), db_default=TransactionNow())
+    created_at = models.DateTimeField(_("created at"), db_default=TransactionNow())
     attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
     finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
     # NULL, not "", is how the SQL tells an unlocked job.

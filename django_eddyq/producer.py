@@ -227,17 +227,22 @@ def _copy_calls(
             run_at = template.run_at or now + timedelta(seconds=template.delay)
         state = "scheduled" if run_at > now else "available"
         metadata = normalize_json(template.metadata, where="metadata")
+        statement, run_at_column = (
+            (sql.COPY_JOBS_RUN_AT_NOW, "")
+            if run_at == now
+            else (sql.COPY_JOBS, f"{run_at.isoformat()}\t")
+        )
         head = f"\t{_copy_text(template.task)}\t"
         tail = (
             f"\t{_copy_text(template.queue)}\t{template.priority}\t{state}\t0\t"
-            f"{template.max_attempts}\t{run_at.isoformat()}\t{now.isoformat()}\t[]\t"
+            f"{template.max_attempts}\t{run_at_column}[]\t"
             f"{COPY_NULL if template.retention is None else _copy_json(template.retention)}\t"
             f"{_copy_json(metadata)}\t"
             f"{COPY_NULL if template.batch_id is None else template.batch_id}\n"
         )
         fields = _job_fields(template, state, run_at, now, None)
         jobs: list[Job] = []
-        with cursor.copy(sql.COPY_JOBS, writer=QueuedLibpqWriter(cursor)) as copy:
+        with cursor.copy(statement, writer=QueuedLibpqWriter(cursor)) as copy:
             for chunk in itertools.batched(zip(calls, ids, strict=True), COPY_CHUNK):
                 lines = []
                 for (given_args, given_kwargs), job_id in chunk:

@@ -267,6 +267,29 @@ def test_a_large_enqueue_many_streams_with_copy_and_matches_the_insert() -> None
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_large_enqueue_many_stores_the_times_of_its_transaction_or_those_given() -> None:
+    from django_eddyq.producer import COPY_THRESHOLD
+
+    past = timezone.now() - timedelta(minutes=5)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now(), pg_sleep(0.05)")
+            started = cursor.fetchone()[0]
+        due_now = jobs.add.enqueue_many([(1, 1)] * COPY_THRESHOLD)
+        overdue = jobs.add.using(run_at=past).enqueue_many([(2, 2)] * COPY_THRESHOLD)
+    for created in (due_now, overdue):
+        stored = {job.pk: job for job in Job.objects.filter(pk__in=[job.pk for job in created])}
+        for job in (created[0], created[-1]):
+            assert job.created_at == stored[job.pk].created_at == started
+            assert job.run_at == stored[job.pk].run_at
+    assert {job.run_at for job in due_now} == {started}
+    assert {(job.state, job.run_at) for job in overdue} == {("available", past)}
+    assert set(Job.objects.filter(pk__in=[job.pk for job in overdue]).values_list("run_at")) == {
+        (past,)
+    }
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_large_enqueue_many_in_a_batch_with_retention_matches_what_is_stored() -> None:
     import django_eddyq
     from django_eddyq.producer import COPY_THRESHOLD
