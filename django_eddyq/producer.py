@@ -402,7 +402,7 @@ def _job_fields(
     """The field values of a job just inserted from ``spec``; ``_job`` fills in the rest.
 
     Every key of the instance's ``__dict__`` is here already, so that each job's copy of it
-    is made at its final size (adding keys to the copy grew it: a fifth of ``_job``'s time).
+    is made at its final size (adding keys to the copy grew it: a tenth of ``_job``'s time).
     """
     return {
         "task": spec.task,
