@@ -330,9 +330,20 @@ def test_stop_hands_back_unfinished_jobs_with_their_attempt(fast_settings: None)
     worker = Worker(concurrency=2, shutdown_timeout=0.3)
     thread = threading.Thread(target=worker.run)
     thread.start()
+
+    def slow_started() -> bool:
+        # Its handler has begun, not just its claim committed: a job claimed as the stop
+        # comes goes back without starting.
+        running = worker._running.get(slow.pk)
+        return running is not None and running.started_at is not None
+
     deadline = time.monotonic() + 5
-    while refreshed(slow).state != Job.State.RUNNING and time.monotonic() < deadline:
+    while (
+        not (slow_started() and refreshed(quick).state == Job.State.COMPLETED)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.02)
+    assert slow_started()
     worker.stop()
     thread.join(10)
     assert not thread.is_alive()
