@@ -337,13 +337,7 @@ def test_stop_hands_back_unfinished_jobs_with_their_attempt(fast_settings: None)
         running = worker._running.get(slow.pk)
         return running is not None and running.started_at is not None
 
-    deadline = time.monotonic() + 5
-    while (
-        not (slow_started() and refreshed(quick).state == Job.State.COMPLETED)
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.02)
-    assert slow_started()
+    wait_for(lambda: slow_started() and refreshed(quick).state == Job.State.COMPLETED, seconds=5)
     worker.stop()
     thread.join(10)
     assert not thread.is_alive()
