@@ -137,14 +137,7 @@ class Task[**P, R]:
         """
         from django_eddyq.producer import enqueue_calls
 
-        # Tuples, the usual item, go without a function call each.
-        return enqueue_calls(
-            self,
-            [
-                (call, {}) if type(call) is tuple else _split_call(call, index)
-                for index, call in enumerate(calls)
-            ],
-        )
+        return enqueue_calls(self, [_split_call(call, index) for index, call in enumerate(calls)])
 
 
 def _split_call(
