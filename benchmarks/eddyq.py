@@ -129,8 +129,7 @@ def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
     In autocommit, one job per call: ``task.enqueue()``; the bare Django ORM insert of the row it
     stores (``Job.objects.create()``); a raw psycopg ``INSERT ... RETURNING id`` of that row into
     ``eddyq_jobs``; and one into the minimal table of the raw loop (benchmarks/raw.py). Each
-    does ``n`` jobs, in ``blocks`` blocks taken in turn, so that a busy spell of a shared
-    machine weighs on all four alike. Jobs per second of each.
+    does ``n`` jobs, interleaved (see ``_interleaved``). Jobs per second of each.
     """
     import psycopg
     from psycopg.types.json import Jsonb
@@ -171,8 +170,21 @@ def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
     }
     queue.reset()
     connection.execute("TRUNCATE raw_jobs")
+    rates = _interleaved(methods, n, blocks)
+    stored = queue.count()
+    if stored != 3 * n:
+        raise RuntimeError(f"{3 * n} rows inserted into eddyq_jobs, {stored} stored")
+    connection.execute("TRUNCATE raw_jobs")
+    connection.close()
+    queue.reset()
+    return rates
+
+
+def _interleaved(methods: dict[str, Any], n: int, blocks: int) -> dict[str, float]:
+    """Calls per second of each ``method(count)``, ``n`` calls each in ``blocks`` blocks taken
+    in turn (each block starting with the next method), so that a busy spell of a shared
+    machine weighs on all alike."""
     spent = dict.fromkeys(methods, 0.0)
-    done = dict.fromkeys(methods, 0)
     names = list(methods)
     for block in range(blocks):
         count = n // blocks + (1 if block < n % blocks else 0)
@@ -180,14 +192,7 @@ def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
             started = time.perf_counter()
             methods[name](count)
             spent[name] += time.perf_counter() - started
-            done[name] += count
-    stored = queue.count()
-    if stored != 3 * n:
-        raise RuntimeError(f"{3 * n} rows inserted into eddyq_jobs, {stored} stored")
-    connection.execute("TRUNCATE raw_jobs")
-    connection.close()
-    queue.reset()
-    return {name: done[name] / spent[name] for name in methods}
+    return {name: n / spent[name] for name in methods}
 
 
 RAW_INSERT_JOB = """
@@ -327,6 +332,173 @@ def _prefill(queue: Eddyq, n: int) -> None:
                 producer.insert_jobs(specs, cursor=cursor)
 
 
+# Limits -------------------------------------------------------------------------------------------
+
+# The columns enqueue_many's COPY sends for jobs due at once (sql.COPY_JOBS_RUN_AT_NOW).
+COPIED_COLUMNS = (
+    "id, task, args, kwargs, queue, priority, state, attempt, max_attempts, errors, retention,"
+    " metadata, batch_id"
+)
+
+
+def limits(config: dict[str, Any]) -> dict[str, Any]:
+    """What bounds the bulk enqueue and the drain, measured apart from the library's Python.
+
+    * ``copy_*``: rows/s of ``COPY`` of the very rows ``enqueue_many`` wrote (read back as
+      COPY text, so no Python builds them while the clock runs), in the same transactions of
+      ``chunk`` rows: into ``eddyq_jobs``, and into a scratch copy of it without the per-queue
+      claim index, then without either claim index (the primary key alone: every other index
+      is partial and takes no available job). What each index costs every enqueue.
+    * ``single_*``: calls/s of ``task.enqueue()``, of its own ``INSERT`` sent by plain psycopg,
+      and of the raw insert of the same row, interleaved.
+    * ``idle_worker_s``: ``eddyq_worker --burst`` with nothing to do, spawn to exit: Python,
+      Django, the checks, the connections — paid by every drain row of the table.
+    * ``drain_start_s``, ``drain_steady``: one drain at ``--concurrency 10`` split at its first
+      claim (the database's ``attempted_at``): seconds from spawn, then jobs/s to the last
+      completion.
+    """
+    queue = subject(config)
+    n, chunk = config["many"], config["chunk"]
+    connection = queue.connection
+    queue.reset()
+    queue.enqueue_many(n, chunk)
+    with connection.cursor() as cursor:
+        rows: list[bytes] = []
+        with cursor.copy(f"COPY eddyq_jobs ({COPIED_COLUMNS}) TO STDOUT") as copy:
+            rows.extend(bytes(line) for line in copy)
+    if len(rows) != n:
+        raise RuntimeError(f"read back {len(rows)} rows of {n}")
+    connection.execute("DROP TABLE IF EXISTS bench_limits_jobs")
+    connection.execute("CREATE TABLE bench_limits_jobs (LIKE eddyq_jobs INCLUDING ALL)")
+    try:
+        results = {"copy_eddyq_jobs": _copy_rate(connection, "eddyq_jobs", rows, chunk)}
+        for key, index_start in [
+            ("copy_without_queue_claim_index", "(queue, priority DESC"),
+            ("copy_without_claim_indexes", "(priority DESC"),
+        ]:
+            connection.execute(_drop_index(connection, "bench_limits_jobs", index_start))
+            results[key] = _copy_rate(connection, "bench_limits_jobs", rows, chunk)
+    finally:
+        connection.execute("DROP TABLE IF EXISTS bench_limits_jobs")
+
+    results.update(_single_statements(queue, config["single"]))
+
+    log_dir = Path(config["log_dir"])
+    queue.reset()
+    idle = common.WorkerProcess(
+        queue.worker_argv("drain", {}), queue.env, log_dir / f"limits-idle-{time.time():.3f}.log"
+    )
+    if idle.wait(config["timeout"]) != 0:
+        raise RuntimeError(f"idle worker failed: {idle.tail()}")
+    results["idle_worker_s"] = time.time() - idle.started_at
+    idle.stop()
+
+    jobs = config["drain"]
+    queue.prefill(jobs)
+    queue.vacuum()
+    worker = common.WorkerProcess(
+        queue.worker_argv("drain", {"concurrency": 10}),
+        queue.env,
+        log_dir / f"limits-drain-{time.time():.3f}.log",
+    )
+    if worker.wait(config["timeout"]) != 0:
+        raise RuntimeError(f"drain worker failed: {worker.tail()}")
+    worker.stop()
+    first_claim, last_completion, done = connection.execute(
+        "SELECT extract(epoch FROM min(attempted_at))::float8,"
+        " extract(epoch FROM max(finalized_at))::float8,"
+        " count(*) FILTER (WHERE state = 'completed') FROM eddyq_jobs"
+    ).fetchone()
+    if done != jobs:
+        raise RuntimeError(f"{done} of {jobs} jobs completed")
+    results["drain_start_s"] = first_claim - worker.started_at
+    results["drain_steady"] = jobs / (last_completion - first_claim)
+    queue.reset()
+    queue.close()
+    return results
+
+
+def _single_statements(queue: Eddyq, n: int) -> dict[str, float]:
+    """``task.enqueue()``, its own statement sent by plain psycopg with the parameters it sends,
+    and the raw insert of the same row, interleaved: the statement's cost on the server (its
+    ``NOTIFY``, what it returns) apart from the Python around it."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from benchmarks.noop import noop
+    from django_eddyq import sql
+
+    connection = psycopg.connect(queue.url, autocommit=True, prepare_threshold=0)
+    empty_list, empty_dict = Jsonb([]), Jsonb({})
+    params = {
+        "task": NOOP,
+        "args": "[]",
+        "kwargs": "{}",
+        "queue": "default",
+        "priority": 0,
+        "max_attempts": 25,
+        "run_at": None,
+        "delay": 0.0,
+        "retention": None,
+        "metadata": "{}",
+        "batch_id": None,
+    }
+
+    def enqueue(count: int) -> None:
+        for _ in range(count):
+            noop.enqueue()
+
+    def own_statement(count: int) -> None:
+        for _ in range(count):
+            connection.execute(sql.INSERT_ONE_JOB, params).fetchone()
+
+    def same_row(count: int) -> None:
+        for _ in range(count):
+            connection.execute(RAW_INSERT_JOB, (NOOP, empty_list, empty_dict)).fetchone()
+
+    queue.reset()
+    rates = _interleaved(
+        {
+            "single_enqueue": enqueue,
+            "single_own_statement": own_statement,
+            "single_same_row": same_row,
+        },
+        n,
+        blocks=10,
+    )
+    connection.close()
+    queue.reset()
+    return rates
+
+
+def _copy_rate(connection: Any, table: str, rows: list[bytes], chunk: int) -> float:
+    connection.execute(f"TRUNCATE {table}")
+    with common.timed() as elapsed:
+        for start in range(0, len(rows), chunk):
+            with (
+                connection.transaction(),
+                connection.cursor() as cursor,
+                cursor.copy(f"COPY {table} ({COPIED_COLUMNS}) FROM STDIN") as copy,
+            ):
+                copy.write(b"".join(rows[start : start + chunk]))
+    connection.execute(f"TRUNCATE {table}")
+    return len(rows) / elapsed[0]
+
+
+def _drop_index(connection: Any, table: str, columns_start: str) -> str:
+    """``DROP INDEX`` of the index of ``table`` on the available jobs whose columns start so."""
+    names = [
+        name
+        for name, definition in connection.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table]
+        )
+        if f"btree {columns_start}" in definition and "'available'" in definition
+    ]
+    if len(names) != 1:
+        raise RuntimeError(f"{table}: expected one index on {columns_start}..., found {names}")
+    return f"DROP INDEX {names[0]}"
+
+
 # Plans --------------------------------------------------------------------------------------------
 
 
@@ -430,5 +602,6 @@ if __name__ == "__main__":
             "load_retained": load_retained,
             "retained_round": retained_round,
             "plans": plans,
+            "limits": limits,
         }
     )

@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick          # fewer jobs, one round (a few minutes)
     python benchmarks/run.py --retained       # + drain with a million completed rows retained
     python benchmarks/run.py --plans          # + EXPLAIN of claim, heartbeat, finish at 1M rows
+    python benchmarks/run.py --limits         # + what bounds enqueue_many and the drain
     python benchmarks/run.py --soak 1000000   # + a million jobs through one worker: dead
                                               #   tuples and the worker's RSS over time
     python benchmarks/run.py --subjects none --plans     # only the plans
@@ -613,6 +614,112 @@ def render_plans(plans: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_limits(
+    server: str, sizes: dict[str, Any], log_dir: Path, runs: int, eddyq: Subject
+) -> dict[str, Any]:
+    """benchmarks/eddyq.py ``limits``, once a round, on the main benchmark database."""
+    url = common.database_url(server, common.bench_database())
+    config = {
+        "single": sizes["single"],
+        "many": sizes["many"],
+        "chunk": sizes["chunk"],
+        "drain": sizes["drain"],
+        "log_dir": str(log_dir),
+        "timeout": sizes["timeout"],
+    }
+    out: dict[str, Any] = {"rounds": []}
+    for number in range(1, runs + 1):
+        log(f"limits: round {number}/{runs}")
+        outcome = common.run_subject(
+            "benchmarks.eddyq", "limits", config, environment(eddyq, url), sizes["timeout"] * 2
+        )
+        if outcome.error:
+            out["rounds"].append({"error": outcome.error})
+            log(f"limits: round failed: {outcome.error}")
+        else:
+            assert outcome.result is not None
+            out["rounds"].append(outcome.result)
+            log(f"limits: {_brief(outcome.result)}")
+    good = [r for r in out["rounds"] if "error" not in r]
+    if not good:
+        out["error"] = str(out["rounds"][0]) if out["rounds"] else "no round"
+        return out
+    out.update({key: common.median([r[key] for r in good]) for key in good[0]})
+    return out
+
+
+def limits_rows(
+    limits: dict[str, Any], sizes: dict[str, Any], by_key: dict[str, Subject]
+) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    if "error" in limits:
+        return [("What limits the figures (--limits)", [("limits", "failed", limits["error"])])]
+    floor = limits["copy_eddyq_jobs"]
+    copies = [
+        (
+            "raw psycopg      COPY into the minimal table (above)",
+            figure(by_key.get("raw"), "copy")[0],
+        ),
+        ("COPY into eddyq_jobs", floor),
+        (
+            "COPY into eddyq_jobs without its per-queue claim index",
+            limits["copy_without_queue_claim_index"],
+        ),
+        ("COPY into eddyq_jobs without either claim index", limits["copy_without_claim_indexes"]),
+        ("task.enqueue_many() (above)", figure(by_key.get("eddyq"), "enqueue_many")[0]),
+    ]
+    copy_rows = [
+        (label, f"{value:,.0f} /s", f"x{value / floor:.2f}")
+        for label, value in copies
+        if isinstance(value, float)
+    ]
+    single = limits["single_enqueue"]
+    single_rows = [
+        (label, f"{limits[key]:,.0f} /s", f"x{limits[key] / single:.2f}")
+        for label, key in [
+            ("raw psycopg      INSERT … RETURNING id, same row", "single_same_row"),
+            ("raw psycopg      task.enqueue()'s own INSERT statement", "single_own_statement"),
+            ("django-eddyq     task.enqueue()", "single_enqueue"),
+        ]
+    ]
+    jobs = sizes["drain"]
+    start = limits["drain_start_s"]
+    drain_rows = [
+        (
+            "eddyq_worker --burst, nothing to do: spawn → exit",
+            f"{limits['idle_worker_s']:.2f} s",
+            "",
+        ),
+        (f"drain of {jobs:,}: spawn → first claim", f"{start:.2f} s", ""),
+        ("then first claim → last completion", f"{limits['drain_steady']:,.0f} /s", ""),
+    ]
+    raw100 = figure(by_key.get("raw"), "claim_batch100")[0]
+    if isinstance(raw100, float):
+        budget = jobs / (0.6 * raw100)
+        left = budget - start
+        drain_rows.append(
+            (
+                f"60 % of raw batch-100 ({0.6 * raw100:,.0f} /s) drains {jobs:,} in",
+                f"{budget:.2f} s",
+                f"after this start-up: {jobs / left:,.0f} /s steady (raw loop {raw100:,.0f})"
+                if left > 0
+                else "less than this start-up alone",
+            )
+        )
+    return [
+        (
+            f"What limits the figures (--limits): COPY of enqueue_many's own {sizes['many']:,} "
+            f"rows, pre-built, {sizes['chunk']:,} a transaction [rows/s; x = ratio to eddyq_jobs]",
+            copy_rows,
+        ),
+        (
+            f"One job per call, {sizes['single']:,} each, interleaved "
+            "[calls/s; x = ratio to task.enqueue()]",
+            single_rows,
+        ),
+        ("Drain at --concurrency 10, split at its first claim", drain_rows),
+    ]
+
+
 def run_soak(
     server: str, sizes: dict[str, Any], jobs: int, log_dir: Path, eddyq: Subject
 ) -> dict[str, Any]:
@@ -708,6 +815,8 @@ def report(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                 rows,
             )
         )
+    if "limits" in extras:
+        extra_rows.extend(limits_rows(extras["limits"], sizes, by_key))
     table = render(header, sections(sizes, by_key), by_key, extra_rows)
     checks = targets(by_key, extras)
     output = table + render_targets(checks)
@@ -732,6 +841,9 @@ def main() -> None:
     )
     parser.add_argument("--retained", action="store_true", help="drain with 1M retained rows")
     parser.add_argument("--plans", action="store_true", help="EXPLAIN claim/heartbeat/finish")
+    parser.add_argument(
+        "--limits", action="store_true", help="COPY floors of eddyq_jobs; drain start-up"
+    )
     parser.add_argument("--soak", type=int, metavar="N", help="N jobs through one worker")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
@@ -770,7 +882,7 @@ def main() -> None:
             f"{subject.label}: {subject.status}"
             + (f" ({subject.version})" if subject.version else "")
         )
-    if "eddyq" not in by_key and (args.retained or args.plans or args.soak):
+    if "eddyq" not in by_key and (args.retained or args.plans or args.limits or args.soak):
         prepare(eddyq_subject, server, sizes["timeout"])
 
     for number in range(1, runs + 1):
@@ -784,6 +896,8 @@ def main() -> None:
         extras["retained"] = run_retained(server, sizes, log_dir, runs, eddyq_subject)
     if args.plans:
         extras["plans"] = run_plans(server, sizes, eddyq_subject, extras.get("retained"))
+    if args.limits:
+        extras["limits"] = run_limits(server, sizes, log_dir, runs, eddyq_subject)
     if args.soak:
         log(f"soak: {args.soak:,} jobs")
         extras["soak"] = run_soak(server, sizes, args.soak, log_dir, eddyq_subject)
