@@ -525,7 +525,7 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
         "available": queue.scalar("SELECT count(*) FROM eddyq_jobs WHERE state = 'available'"),
         "plans": {},
     }
-    claim = sql.claim_statement(10, from_queues=False)
+    claim = sql.claim_statement(10, None)
     claim_params = {"worker_id": worker_id, "lease_seconds": 60.0}
     with psycopg.connect(url) as connection:
         cursor = psycopg.ClientCursor(connection)
@@ -540,10 +540,12 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
             rows = connection.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + numbered).fetchall()
             return [row[0] for row in rows]
 
-        # Claim.
+        # Claim, preceded in its transaction by what the worker sends before it.
+        cursor.execute(sql.CLAIM_WITHOUT_SORT)
         out["plans"]["claim (claim_statement, 10 jobs)"] = explain(claim, claim_params)
         connection.rollback()
         # Heartbeat and finish: of jobs this transaction has just claimed.
+        cursor.execute(sql.CLAIM_WITHOUT_SORT)
         cursor.execute(claim, claim_params)
         claimed = cursor.fetchall()
         ids = [row[0] for row in claimed]
@@ -573,6 +575,8 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
             if connection.info.server_version < 160000:
                 out["plans"][label] = ["(EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16 or later)"]
                 continue
+            if statement is claim:
+                connection.execute(sql.CLAIM_WITHOUT_SORT)
             out["plans"][label] = generic(statement)
             connection.rollback()
     queue.reset()

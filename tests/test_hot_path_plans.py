@@ -8,13 +8,16 @@ and ``eddyq_queues`` analyzed while it holds their queue.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection
 
-from django_eddyq import producer, sql
+from django_eddyq import db, producer, sql
+from django_eddyq.worker.passes import Pass, run_pass
 from django_eddyq.worker.worker import claim_limit
 from tests import jobs
 from tests.factories import BatchFactory, JobFactory
@@ -79,7 +82,7 @@ def test_the_jobs_of_a_batch_are_found_by_the_partial_batch_index() -> None:
 def test_the_claim_reads_its_index_in_order_past_paused_queues(queues: list[str] | None) -> None:
     """Paused queues are a filter on the ordered index scan, never an anti-join that reads and
     sorts every available job (which is what NOT EXISTS became, once eddyq_queues was analyzed)."""
-    claim_plan = plan(sql.claim_statement(40, from_queues=queues is not None), claim_params(queues))
+    claim_plan = plan(sql.claim_statement(40, queues), claim_params(queues))
     assert "Index Scan using eddyq_jobs_claim_idx on eddyq_jobs" in claim_plan
     assert "Sort" not in claim_plan
     assert "Anti Join" not in claim_plan
@@ -87,16 +90,75 @@ def test_the_claim_reads_its_index_in_order_past_paused_queues(queues: list[str]
 
 @pytest.mark.usefixtures("busy_queue")
 def test_a_worker_of_a_rare_queue_finds_its_jobs_by_the_queue_index() -> None:
-    claim_plan = plan(sql.claim_statement(40, from_queues=True), claim_params(["rare"]))
+    claim_plan = plan(sql.claim_statement(40, ["rare"]), claim_params(["rare"]))
     assert "Index Scan on eddyq_jobs_queue_claim_idx" in claim_plan or (
         "Index Scan using eddyq_jobs_queue_claim_idx" in claim_plan
     )
 
 
+@pytest.fixture
+def no_statistics() -> None:
+    """Thousands of available jobs in a table PostgreSQL has no statistics for: as a new one
+    is, or one just truncated or restored, until autovacuum's first ANALYZE."""
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE eddyq_jobs")
+    specs = [producer.JobSpec.for_task(jobs.add, (1, 2), {}) for _ in range(AVAILABLE_JOBS)]
+    producer.insert_jobs(specs)
+
+
+@pytest.mark.usefixtures("no_statistics")
+def test_a_claim_from_any_queue_is_an_ordered_index_scan_without_statistics() -> None:
+    statement = sql.claim_statement(40, None)
+    # What the planner makes of the claim on its own: every available job read, then sorted.
+    assert "Sort Key: eddyq_jobs.priority DESC" in plan(statement, claim_params(None))
+    # The worker sends CLAIM_WITHOUT_SORT first (see the test below).
+    with connection.cursor() as cursor:
+        cursor.execute(sql.CLAIM_WITHOUT_SORT)
+    claim_plan = plan(statement, claim_params(None))
+    assert "Index Scan using eddyq_jobs_claim_idx on eddyq_jobs\n" in claim_plan
+    assert "Sort" not in claim_plan
+
+
+@pytest.mark.usefixtures("no_statistics")
+def test_a_claim_from_one_queue_is_an_ordered_index_scan_without_statistics() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql.CLAIM_WITHOUT_SORT)
+    claim_plan = plan(sql.claim_statement(40, ["default"]), claim_params(["default"]))
+    assert re.search(r"Index Scan using eddyq_jobs_(queue_)?claim_idx on eddyq_jobs\n", claim_plan)
+    assert "Sort" not in claim_plan
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("queues", "without_sort"), [(None, True), (["default"], True), (["default", "rare"], False)]
+)
+def test_a_pass_claims_without_a_sort_from_any_queue_or_from_one(
+    queues: list[str] | None, without_sort: bool, tmp_path: Path
+) -> None:
+    producer.insert_jobs([producer.JobSpec.for_task(jobs.add, (1, 2), {})])
+    trace = tmp_path / "libpq.trace"
+    with db.connect() as worker_connection, trace.open("w") as out:
+        # What the pass sends, as libpq writes it out.
+        worker_connection.pgconn.trace(out.fileno())
+        done = run_pass(
+            worker_connection,
+            Pass(outcomes=[], renew=[], promote=False, claim=5, touch=[]),
+            worker_id="test",
+            lease_seconds=60.0,
+            queues=queues,
+        )
+        worker_connection.pgconn.untrace()
+    sent = trace.read_text()
+    assert len(done.claimed) == 1
+    assert (sql.CLAIM_WITHOUT_SORT in sent) is without_sort
+    if without_sort:
+        assert sent.index(sql.CLAIM_WITHOUT_SORT) < sent.index("FOR UPDATE SKIP LOCKED")
+
+
 @pytest.mark.usefixtures("busy_queue")
 def test_a_prepared_claim_settles_on_a_generic_plan() -> None:
     """Planned once, not at every pass: its generic plan costs what a custom one does."""
-    statement = sql.claim_statement(40, from_queues=False)
+    statement = sql.claim_statement(40, None)
     raw_connection = connection.connection
     # Django's connection prepares nothing (prepare_threshold None, client-side binding
     # cursors); the worker's does.

@@ -89,8 +89,10 @@ def run_pass(
             )
             promote = connection.execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
         if planned.claim:
+            if sql.claim_needs_no_sort(queues):
+                connection.execute(sql.CLAIM_WITHOUT_SORT)
             claim = connection.execute(
-                sql.claim_statement(planned.claim, from_queues=queues is not None),
+                sql.claim_statement(planned.claim, queues),
                 {"queues": queues, "worker_id": worker_id, "lease_seconds": lease_seconds},
             )
         if planned.touch:
