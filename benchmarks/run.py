@@ -529,13 +529,7 @@ def run_retained(
             env,
             sizes["timeout"] * 3,
         )
-        if outcome.error:
-            out["rounds"].append({"error": outcome.error})
-            log(f"retained: round failed: {outcome.error}")
-        else:
-            assert outcome.result is not None
-            out["rounds"].append(outcome.result)
-            log(f"retained: {_brief(outcome.result)}")
+        _record_round(out["rounds"], outcome, "retained")
     good = [
         r
         for r in out["rounds"]
@@ -549,6 +543,17 @@ def run_retained(
         out["error"] = str(out["rounds"][0]) if out["rounds"] else "no round"
     out["url"] = url
     return out
+
+
+def _record_round(rounds: list[dict[str, Any]], outcome: common.SubjectRun, label: str) -> None:
+    """Keep an extra mode's round (its result, or its error) and log it."""
+    if outcome.error:
+        rounds.append({"error": outcome.error})
+        log(f"{label}: round failed: {outcome.error}")
+    else:
+        assert outcome.result is not None
+        rounds.append(outcome.result)
+        log(f"{label}: {_brief(outcome.result)}")
 
 
 def run_plans(
@@ -640,13 +645,7 @@ def run_limits(
         outcome = common.run_subject(
             "benchmarks.eddyq", "limits", config, environment(eddyq, url), sizes["timeout"] * 2
         )
-        if outcome.error:
-            out["rounds"].append({"error": outcome.error})
-            log(f"limits: round failed: {outcome.error}")
-        else:
-            assert outcome.result is not None
-            out["rounds"].append(outcome.result)
-            log(f"limits: {_brief(outcome.result)}")
+        _record_round(out["rounds"], outcome, "limits")
     good = [r for r in out["rounds"] if "error" not in r]
     if not good:
         out["error"] = str(out["rounds"][0]) if out["rounds"] else "no round"
