@@ -218,19 +218,15 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
     return _CLAIM.format(queue_filter=queue_filter, limit=int(limit))
 
 
-# Sent before a claim from any queue or from one, in its transaction, so that the claim is
-# planned as it should always run: the ordered scan of a claim index, stopped at the LIMIT.
-# With no statistics (a new table, or one truncated or restored, until autovacuum's first
-# ANALYZE) the planner expected a few dozen available jobs and chose to read every one and sort
-# them: 90 ms to claim 64 jobs with 300,000 waiting, instead of under a millisecond.
-# A claim from several queues keeps its choice: the queue index, the one that finds a rare
+# Sent before a claim from any queue, in its transaction, so that the claim is planned as it
+# should always run: the ordered scan of the claim index, stopped at the LIMIT. With no
+# statistics (a new table, or one truncated or restored, until autovacuum's first ANALYZE) the
+# planner expected a few dozen available jobs and chose to read every one and sort them: 90 ms
+# to claim 64 jobs with 300,000 waiting, instead of under a millisecond. A claim from one queue
+# needs no such help (its equality is answered in order by the queue index, statistics or not);
+# a claim from several keeps the planner's choice: the queue index, the one that finds a rare
 # queue's jobs without reading the others', gives them in order only one queue at a time.
 CLAIM_WITHOUT_SORT = "SET LOCAL enable_sort = off"
-
-
-def claim_needs_no_sort(queues: Sequence[str] | None) -> bool:
-    """Whether a claim from ``queues`` is one that ``CLAIM_WITHOUT_SORT`` should precede."""
-    return queues is None or len(queues) == 1
 
 
 # The finish and the heartbeat test a job's state as (state = 'running') IS TRUE: written

@@ -89,7 +89,7 @@ def run_pass(
             )
             promote = connection.execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
         if planned.claim:
-            if sql.claim_needs_no_sort(queues):
+            if queues is None:
                 connection.execute(sql.CLAIM_WITHOUT_SORT)
             claim = connection.execute(
                 sql.claim_statement(planned.claim, queues),
