@@ -50,7 +50,9 @@ def create_database(maintenance_url: str) -> None:
             connection.execute(f"CREATE DATABASE {BENCH_DATABASE}")
 
 
-def drain_once(jobs: int, worker_arguments: list[str]) -> tuple[float, float, float]:
+def drain_once(
+    jobs: int, worker_arguments: list[str], timeout: float | None = None
+) -> tuple[float, float, float]:
     """Jobs per second from spawn to exit; seconds from spawn to the first claim; jobs per
     second from the first claim to the last completion (the database's clock, this machine's)."""
     from django.db import connection
@@ -71,6 +73,7 @@ def drain_once(jobs: int, worker_arguments: list[str]) -> tuple[float, float, fl
         check=True,
         env={**os.environ, "DJANGO_LOGGING_LEVEL": "WARNING"},
         stdout=subprocess.DEVNULL,
+        timeout=timeout,
     )
     elapsed = time.perf_counter() - started
     with connection.cursor() as cursor:

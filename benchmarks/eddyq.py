@@ -7,6 +7,7 @@ drain with a million completed rows retained, and prints the plans of the hot st
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common, harness
+from benchmarks.drain import drain_once
 
 NOOP = "benchmarks.noop.noop"
 
@@ -135,18 +137,13 @@ def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
     from psycopg.types.json import Jsonb
 
     from benchmarks import raw
-    from benchmarks.noop import noop
     from django_eddyq.models import Job
 
     connection = psycopg.connect(queue.url, autocommit=True, prepare_threshold=0)
     for statement in raw.SCHEMA.split(";"):
         if statement.strip():
             connection.execute(statement, prepare=False)
-    empty_list, empty_dict = Jsonb([]), Jsonb({})
-
-    def enqueue(count: int) -> None:
-        for _ in range(count):
-            noop.enqueue()
+    empty_list = Jsonb([])
 
     def orm(count: int) -> None:
         for _ in range(count):
@@ -154,18 +151,14 @@ def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
                 task=NOOP, args=[], kwargs={}, queue="default", priority=0, max_attempts=25
             )
 
-    def same_row(count: int) -> None:
-        for _ in range(count):
-            connection.execute(RAW_INSERT_JOB, (NOOP, empty_list, empty_dict)).fetchone()
-
     def minimal(count: int) -> None:
         for _ in range(count):
             connection.execute(raw.INSERT, (raw.TASK, empty_list)).fetchone()
 
     methods = {
-        "enqueue_single": enqueue,
+        "enqueue_single": queue.enqueue_single,
         "orm_insert": orm,
-        "raw_insert_same_row": same_row,
+        "raw_insert_same_row": functools.partial(_insert_same_rows, connection),
         "raw_insert": minimal,
     }
     queue.reset()
@@ -178,6 +171,15 @@ def single_inserts(queue: Eddyq, n: int, blocks: int = 10) -> dict[str, float]:
     connection.close()
     queue.reset()
     return rates
+
+
+def _insert_same_rows(connection: Any, count: int) -> None:
+    """The raw insert of the row ``noop.enqueue()`` stores, ``count`` times."""
+    from psycopg.types.json import Jsonb
+
+    empty_list, empty_dict = Jsonb([]), Jsonb({})
+    for _ in range(count):
+        connection.execute(RAW_INSERT_JOB, (NOOP, empty_list, empty_dict)).fetchone()
 
 
 def _interleaved(methods: dict[str, Any], n: int, blocks: int) -> dict[str, float]:
@@ -334,12 +336,6 @@ def _prefill(queue: Eddyq, n: int) -> None:
 
 # Limits -------------------------------------------------------------------------------------------
 
-# The columns enqueue_many's COPY sends for jobs due at once (sql.COPY_JOBS_RUN_AT_NOW).
-COPIED_COLUMNS = (
-    "id, task, args, kwargs, queue, priority, state, attempt, max_attempts, errors, retention,"
-    " metadata, batch_id"
-)
-
 
 def limits(config: dict[str, Any]) -> dict[str, Any]:
     """What bounds the bulk enqueue and the drain, measured apart from the library's Python.
@@ -364,7 +360,7 @@ def limits(config: dict[str, Any]) -> dict[str, Any]:
     queue.enqueue_many(n, chunk)
     with connection.cursor() as cursor:
         rows: list[bytes] = []
-        with cursor.copy(f"COPY eddyq_jobs ({COPIED_COLUMNS}) TO STDOUT") as copy:
+        with cursor.copy(_copy_statement("eddyq_jobs", "TO STDOUT")) as copy:
             rows.extend(bytes(line) for line in copy)
     if len(rows) != n:
         raise RuntimeError(f"read back {len(rows)} rows of {n}")
@@ -393,26 +389,9 @@ def limits(config: dict[str, Any]) -> dict[str, Any]:
     results["idle_worker_s"] = time.time() - idle.started_at
     idle.stop()
 
-    jobs = config["drain"]
-    queue.prefill(jobs)
-    queue.vacuum()
-    worker = common.WorkerProcess(
-        queue.worker_argv("drain", {"concurrency": 10}),
-        queue.env,
-        log_dir / f"limits-drain-{time.time():.3f}.log",
+    _, results["drain_start_s"], results["drain_steady"] = drain_once(
+        config["drain"], ["--concurrency", "10"], timeout=config["timeout"]
     )
-    if worker.wait(config["timeout"]) != 0:
-        raise RuntimeError(f"drain worker failed: {worker.tail()}")
-    worker.stop()
-    first_claim, last_completion, done = connection.execute(
-        "SELECT extract(epoch FROM min(attempted_at))::float8,"
-        " extract(epoch FROM max(finalized_at))::float8,"
-        " count(*) FILTER (WHERE state = 'completed') FROM eddyq_jobs"
-    ).fetchone()
-    if done != jobs:
-        raise RuntimeError(f"{done} of {jobs} jobs completed")
-    results["drain_start_s"] = first_claim - worker.started_at
-    results["drain_steady"] = jobs / (last_completion - first_claim)
     queue.reset()
     queue.close()
     return results
@@ -423,13 +402,10 @@ def _single_statements(queue: Eddyq, n: int) -> dict[str, float]:
     and the raw insert of the same row, interleaved: the statement's cost on the server (its
     ``NOTIFY``, what it returns) apart from the Python around it."""
     import psycopg
-    from psycopg.types.json import Jsonb
 
-    from benchmarks.noop import noop
     from django_eddyq import sql
 
     connection = psycopg.connect(queue.url, autocommit=True, prepare_threshold=0)
-    empty_list, empty_dict = Jsonb([]), Jsonb({})
     params = {
         "task": NOOP,
         "args": "[]",
@@ -444,24 +420,16 @@ def _single_statements(queue: Eddyq, n: int) -> dict[str, float]:
         "batch_id": None,
     }
 
-    def enqueue(count: int) -> None:
-        for _ in range(count):
-            noop.enqueue()
-
     def own_statement(count: int) -> None:
         for _ in range(count):
             connection.execute(sql.INSERT_ONE_JOB, params).fetchone()
 
-    def same_row(count: int) -> None:
-        for _ in range(count):
-            connection.execute(RAW_INSERT_JOB, (NOOP, empty_list, empty_dict)).fetchone()
-
     queue.reset()
     rates = _interleaved(
         {
-            "single_enqueue": enqueue,
+            "single_enqueue": queue.enqueue_single,
             "single_own_statement": own_statement,
-            "single_same_row": same_row,
+            "single_same_row": functools.partial(_insert_same_rows, connection),
         },
         n,
         blocks=10,
@@ -478,11 +446,19 @@ def _copy_rate(connection: Any, table: str, rows: list[bytes], chunk: int) -> fl
             with (
                 connection.transaction(),
                 connection.cursor() as cursor,
-                cursor.copy(f"COPY {table} ({COPIED_COLUMNS}) FROM STDIN") as copy,
+                cursor.copy(_copy_statement(table, "FROM STDIN")) as copy,
             ):
                 copy.write(b"".join(rows[start : start + chunk]))
     connection.execute(f"TRUNCATE {table}")
     return len(rows) / elapsed[0]
+
+
+def _copy_statement(table: str, direction: str) -> str:
+    """enqueue_many's own COPY of jobs due at once, on ``table``: ``direction`` is
+    ``FROM STDIN`` or ``TO STDOUT``."""
+    from django_eddyq import sql
+
+    return sql.COPY_JOBS_RUN_AT_NOW.replace("eddyq_jobs", table, 1).replace("FROM STDIN", direction)
 
 
 def _drop_index(connection: Any, table: str, columns_start: str) -> str:
