@@ -2,15 +2,18 @@
 
 Fast at any number of jobs: the job list never counts more than ``EXACT_COUNT_LIMIT`` rows (past
 that it shows an estimate), every filter reads an index or a bounded list, and nothing is
-fetched row by row. Inspection needs the view permission; every change needs the change (or
-delete) permission and goes through the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``,
-``Queue.resume``), so that no batch callback, fence or notification is skipped, and writes one
-admin log entry per object changed.
+fetched row by row. Inspection needs the view permission, and arguments, results and tracebacks
+also ``view_job_payload``; every change needs the change (or delete) permission and goes through
+the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``, ``Queue.resume``), so that no batch
+callback, fence or notification is skipped, and writes one admin log entry per object changed.
+Whatever the URL or form holds, a page answers: ids are read as ASCII digits within bigint, and
+the lists take only their filters' parameters.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -19,6 +22,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
@@ -44,6 +48,13 @@ ACTION_LIMIT = 1000
 #: The first line of the last error, in the list, is cut at this many characters.
 ERROR_LINE_CHARACTERS = 160
 TERMINAL_STATES = sorted(Job.TERMINAL_STATES)
+BIGINT_MAX = 2**63 - 1
+#: ASCII digits only: str.isdigit() passes "²", which int() refuses, and int() reads "١٢٣".
+_DIGITS = re.compile(r"[0-9]+")
+#: Arguments, results and tracebacks (a batch's callback arguments too) can hold personal data
+#: or secrets: they are shown, and searched, only with this permission. Superusers have it.
+PAYLOAD_PERMISSION = "django_eddyq.view_job_payload"
+HIDDEN = _("Hidden: needs the view_job_payload permission.")
 
 if TYPE_CHECKING:
     ModelAdminBase = admin.ModelAdmin[Any]
@@ -74,6 +85,29 @@ def _error_time(value: Any) -> str:
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, timezone.get_fixed_timezone(0))
     return format_datetime(moment)
+
+
+def parse_id(text: str) -> int | None:
+    """``text`` as a row id: ASCII digits within bigint (int() refuses over 4300 digits, the
+    database past bigint), else None."""
+    if not _DIGITS.fullmatch(text) or len(text) > len(str(BIGINT_MAX)):
+        return None
+    number = int(text)
+    return number if number <= BIGINT_MAX else None
+
+
+def sees_payload(request: HttpRequest) -> bool:
+    return request.user.has_perm(PAYLOAD_PERMISSION)
+
+
+def _hidden_field(description: Any) -> Callable[[Any, Any], str]:
+    """A read-only field in place of one that shows arguments, results or tracebacks."""
+
+    @admin.display(description=description)
+    def hidden(model_admin: Any, obj: Any) -> str:
+        return str(HIDDEN)
+
+    return hidden
 
 
 def _badge(state: str, label: Any) -> SafeString:
@@ -154,9 +188,8 @@ class BatchFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
-            return queryset.none()
-        return queryset.filter(batch_id=int(value))
+        batch_id = parse_id(value)
+        return queryset.none() if batch_id is None else queryset.filter(batch_id=batch_id)
 
 
 # The change list: estimated counts, light rows.
@@ -164,7 +197,23 @@ class BatchFilter(admin.SimpleListFilter):
 DEFERRED_JOB_FIELDS = ("args", "kwargs", "errors", "result", "metadata")
 
 
-class JobChangeList(ChangeList):
+class EddyqChangeList(ChangeList):
+    """A list that takes only its filters' parameters from the URL. Django would apply any other
+    lookup on a field as it comes: a regex the database refuses, a probe into the arguments, a
+    scan without an index. Nor can a value hold a NUL, which PostgreSQL text refuses.
+    Either redirects to ``?e=1``, as Django does for a lookup it cannot build."""
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        if any("\x00" in value for values in self.filter_params.values() for value in values):
+            raise IncorrectLookupParameters("A NUL in a filter's value")
+        filters = super().get_filters(request)
+        remaining = filters[2]  # the lookups no filter took
+        if remaining:
+            raise IncorrectLookupParameters(f"Not a filter: {', '.join(remaining)}")
+        return filters
+
+
+class JobChangeList(EddyqChangeList):
     """Rows without their arguments, result and tracebacks: the list shows only the first line
     of the last error, which the database computes."""
 
@@ -197,6 +246,23 @@ class EddyqAdmin(ModelAdminBase):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return EddyqChangeList
+
+    def is_object_id(self, value: str) -> bool:
+        """Whether ``value`` can be a primary key: a bigint in ASCII digits, or text without the
+        NUL that PostgreSQL refuses. Django would take any digits int() reads, fail on others."""
+        if isinstance(self.opts.pk, models.IntegerField):
+            return parse_id(value) is not None
+        return "\x00" not in value
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Any:
+        if not self.is_object_id(object_id):
+            return None  # "doesn't exist"
+        return super().get_object(request, object_id, from_field)
+
     def changeform_view(
         self,
         request: HttpRequest,
@@ -220,21 +286,25 @@ class EddyqAdmin(ModelAdminBase):
     ) -> HttpResponse:
         if request.method == "POST":
             self.check_post_permission(request)
+            # Django filters on the selected values as they come, failing on one that cannot be
+            # a primary key.
+            if not all(map(self.is_object_id, request.POST.getlist(ACTION_CHECKBOX_NAME))):
+                message = _("Nothing was changed: the selection is not valid.")
+                self.message_user(request, message, messages.ERROR)
+                return HttpResponseRedirect(request.get_full_path())
         extra_context = {"title": capfirst(self.opts.verbose_name_plural), **(extra_context or {})}
         return super().changelist_view(request, extra_context)
 
     def check_post_permission(self, request: HttpRequest) -> None:
         if not (self.has_change_permission(request) or self.has_delete_permission(request)):
             raise PermissionDenied
-        names = request.POST.getlist("action")
-        try:
-            name = names[int(request.POST.get("index", 0))]
-        except (IndexError, ValueError):
-            return  # Django answers "no action selected"
-        permissions = getattr(getattr(type(self), name, None), "allowed_permissions", ())
-        for permission in permissions:
-            if not getattr(self, f"has_{permission}_permission")(request):
-                raise PermissionDenied
+        # Every action named, not the one "index" picks: Django reads the index its own way
+        # (int() of any digits, the last action when out of range), so whichever it runs.
+        for name in request.POST.getlist("action"):
+            permissions = getattr(getattr(type(self), name, None), "allowed_permissions", ())
+            for permission in permissions:
+                if not getattr(self, f"has_{permission}_permission")(request):
+                    raise PermissionDenied
 
     def selected(
         self, request: HttpRequest, queryset: models.QuerySet[Any], fields: Sequence[str]
@@ -323,6 +393,7 @@ class JobAdmin(EstimatingAdmin):
         """The errors first, after the summary: what an operator opens a job for. The lease
         too, while the job runs; otherwise folded at the end."""
         running = obj is not None and obj.state == Job.State.RUNNING
+        payload = sees_payload(request)
         lease = (
             _("Lease"),
             {
@@ -333,9 +404,19 @@ class JobAdmin(EstimatingAdmin):
         return (
             (None, {"fields": self.summary_fields}),
             *([lease] if running else []),
-            (_("Errors, one per failed attempt, oldest first"), {"fields": ("errors_display",)}),
-            (_("Arguments"), {"fields": ("args_json", "kwargs_json")}),
-            (_("Result"), {"fields": ("result_json",)}),
+            (
+                _("Errors, one per failed attempt, oldest first"),
+                {"fields": ("errors_display" if payload else "errors_without_tracebacks",)},
+            ),
+            (
+                _("Arguments"),
+                {
+                    "fields": ("args_json", "kwargs_json")
+                    if payload
+                    else ("args_hidden", "kwargs_hidden")
+                },
+            ),
+            (_("Result"), {"fields": ("result_json" if payload else "result_hidden",)}),
             *([] if running else [lease]),
             (
                 _("Metadata"),
@@ -345,6 +426,17 @@ class JobAdmin(EstimatingAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        changelist = super().get_changelist_instance(request)
+        if not sees_payload(request):
+            changelist.search_help_text = str(
+                _(
+                    "A job id; or words to find in task paths. Searching words reads every job "
+                    "that the filters keep."
+                )
+            )
+        return changelist
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -361,23 +453,26 @@ class JobAdmin(EstimatingAdmin):
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
     ) -> tuple[models.QuerySet[Any], bool]:
         """A number finds the job of that id, at once. Other words must each be part of the
-        task path or of the arguments' JSON, which means reading every job the filters keep."""
+        task path or, for a user who may see them, of the arguments' JSON, which means reading
+        every job the filters keep."""
         term = search_term.strip()
-        if term.isdigit():
-            return (queryset.filter(pk=int(term)) if int(term) < 2**63 else queryset.none()), False
-        queryset = queryset.alias(
-            args_text=Cast("args", models.TextField()),
-            kwargs_text=Cast("kwargs", models.TextField()),
-        )
+        if _DIGITS.fullmatch(term):
+            job_id = parse_id(term)
+            return (queryset.none() if job_id is None else queryset.filter(pk=job_id)), False
+        payload = sees_payload(request)
+        if payload:
+            queryset = queryset.alias(
+                args_text=Cast("args", models.TextField()),
+                kwargs_text=Cast("kwargs", models.TextField()),
+            )
         for word in smart_split(term):
             if word[0] in "\"'" and word[0] == word[-1] and len(word) > 1:
                 word = unescape_string_literal(word)
             if word:
-                queryset = queryset.filter(
-                    Q(task__icontains=word)
-                    | Q(args_text__icontains=word)
-                    | Q(kwargs_text__icontains=word)
-                )
+                found = Q(task__icontains=word)
+                if payload:
+                    found |= Q(args_text__icontains=word) | Q(kwargs_text__icontains=word)
+                queryset = queryset.filter(found)
         return queryset, False
 
     # Columns and fields.
@@ -433,6 +528,10 @@ class JobAdmin(EstimatingAdmin):
     def result_json(self, job: Job) -> SafeString:
         return _json(job.result)
 
+    args_hidden = _hidden_field(_("positional arguments"))
+    kwargs_hidden = _hidden_field(_("keyword arguments"))
+    result_hidden = _hidden_field(_("result"))
+
     @admin.display(description=_("retention override"))
     def retention_json(self, job: Job) -> SafeString:
         return _json(job.retention)
@@ -443,12 +542,21 @@ class JobAdmin(EstimatingAdmin):
 
     @admin.display(description=_("errors"))
     def errors_display(self, job: Job) -> SafeString | str:
+        return self._errors_of(job, payload=True)
+
+    @admin.display(description=_("errors"))
+    def errors_without_tracebacks(self, job: Job) -> SafeString | str:
+        return self._errors_of(job, payload=False)
+
+    @staticmethod
+    def _errors_of(job: Job, *, payload: bool) -> SafeString | str:
+        """Each attempt's error; its traceback, or an entry of another shape, with ``payload``."""
         if not job.errors:
             return str(_("No errors."))
         items = []
         for number, entry in enumerate(job.errors, start=1):
             if not isinstance(entry, dict):
-                items.append(format_html("<li>{}</li>", _json(entry)))
+                items.append(format_html("<li>{}</li>", _json(entry) if payload else HIDDEN))
                 continue
             heading = format_html(
                 '<div class="eddyq-error-heading">{} {} · {} · <strong>{}</strong>{}</div>',
@@ -461,11 +569,14 @@ class JobAdmin(EstimatingAdmin):
                 else "",
             )
             traceback = entry.get("traceback") or ""
-            body = (
-                format_html('<pre class="eddyq-traceback">{}</pre>', traceback)
-                if traceback
-                else format_html('<p class="eddyq-no-traceback">{}</p>', _("No traceback."))
-            )
+            if traceback and payload:
+                body = format_html('<pre class="eddyq-traceback">{}</pre>', traceback)
+            else:
+                note = _("Traceback hidden: needs the view_job_payload permission.")
+                body = format_html(
+                    '<p class="eddyq-no-traceback">{}</p>',
+                    note if traceback else _("No traceback."),
+                )
             items.append(format_html("<li>{}{}</li>", heading, body))
         return format_html(
             '<ol class="eddyq-errors">{}</ol>', format_html_join("", "{}", ((i,) for i in items))
@@ -698,34 +809,32 @@ class BatchAdmin(EstimatingAdmin):
     ordering = ("-id",)
     sortable_by = ("id",)
     actions = None
-    fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    "id",
-                    "state_badge",
-                    "sealed",
-                    "job_counts",
-                    "jobs_link",
-                    "created_at",
-                    "finalized_at",
-                )
-            },
-        ),
-        (
-            _("Callback"),
-            {
-                "fields": (
-                    "callback_task",
-                    "callback_args_json",
-                    "callback_kwargs_json",
-                    "callback_job_link",
-                )
-            },
-        ),
-        (_("Metadata"), {"fields": ("metadata_json",)}),
-    )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The callback's arguments are a job's arguments: shown only with the same permission."""
+        callback_args = (
+            ("callback_args_json", "callback_kwargs_json")
+            if sees_payload(request)
+            else ("callback_args_hidden", "callback_kwargs_hidden")
+        )
+        return (
+            (
+                None,
+                {
+                    "fields": (
+                        "id",
+                        "state_badge",
+                        "sealed",
+                        "job_counts",
+                        "jobs_link",
+                        "created_at",
+                        "finalized_at",
+                    )
+                },
+            ),
+            (_("Callback"), {"fields": ("callback_task", *callback_args, "callback_job_link")}),
+            (_("Metadata"), {"fields": ("metadata_json",)}),
+        )
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         queryset: models.QuerySet[Any] = (
@@ -755,6 +864,9 @@ class BatchAdmin(EstimatingAdmin):
     @admin.display(description=_("callback keyword arguments"))
     def callback_kwargs_json(self, batch: Batch) -> SafeString:
         return _json(batch.callback_kwargs)
+
+    callback_args_hidden = _hidden_field(_("callback arguments"))
+    callback_kwargs_hidden = _hidden_field(_("callback keyword arguments"))
 
     @admin.display(description=_("callback job"))
     def callback_job_link(self, batch: Batch) -> SafeString | str:

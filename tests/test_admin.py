@@ -150,6 +150,83 @@ def test_nothing_can_be_added(superuser: Client) -> None:
         assert superuser.get(reverse(f"admin:django_eddyq_{model}_add")).status_code == 403
 
 
+# Arguments, results and tracebacks: only with view_job_payload.
+
+SECRETS = {
+    "arg": "arg-s3cret",
+    "kwarg": "kwarg-s3cret",
+    "result": "result-s3cret",
+    "frame": "frame-s3cret",
+    "odd error entry": "entry-s3cret",
+    "callback arg": "callback-arg-s3cret",
+    "callback kwarg": "callback-kwarg-s3cret",
+}
+
+
+def job_and_batch_with_secrets() -> tuple[Job, Batch]:
+    batch = BatchFactory(
+        callback_task="tests.jobs.add",
+        callback_args=[SECRETS["callback arg"]],
+        callback_kwargs={"token": SECRETS["callback kwarg"]},
+    )
+    job = failed_job(
+        batch=batch,
+        args=[SECRETS["arg"]],
+        kwargs={"token": SECRETS["kwarg"]},
+        result={"value": SECRETS["result"]},
+        errors=[
+            {
+                "attempt": 1,
+                "at": "2030-01-01T00:00:00",
+                "error": "ValueError: boom",
+                "traceback": f"Traceback (most recent call last):\n  {SECRETS['frame']}\n",
+            },
+            SECRETS["odd error entry"],
+        ],
+    )
+    return job, batch
+
+
+def pages_of(client: Client, job: Job, batch: Batch) -> str:
+    pages = [
+        client.get(url)
+        for url in (job_url(job), reverse("admin:django_eddyq_batch_change", args=[batch.pk]))
+    ]
+    assert [page.status_code for page in pages] == [200, 200]
+    return "".join(page.content.decode() for page in pages)
+
+
+def test_view_permission_alone_hides_arguments_results_and_tracebacks(viewer: Client) -> None:
+    job, batch = job_and_batch_with_secrets()
+    html = pages_of(viewer, job, batch)
+    for name, secret in SECRETS.items():
+        assert secret not in html, name
+    assert "Hidden: needs the view_job_payload permission" in html
+    assert "ValueError: boom" in html  # the error itself stays: what the list shows too
+    assert "Attempt 1" in html
+    # Nor can the arguments be searched, or filtered on.
+    assert ids_listed(viewer.get(JOBS, {"q": SECRETS["arg"]})) == []
+    assert ids_listed(viewer.get(JOBS, {"q": "tests.jobs.add"})) == [job.pk]
+    assert "arguments" not in str(viewer.get(JOBS).context["cl"].search_help_text)
+    assert viewer.get(JOBS, {"args__contains": f'["{SECRETS["arg"]}"]'}).status_code == 302
+
+
+@pytest.mark.parametrize("who", ["payload viewer", "superuser"])
+def test_view_job_payload_shows_them(superuser: Client, who: str) -> None:
+    client = (
+        staff_client("view_job", "view_batch", "view_job_payload")
+        if who == "payload viewer"
+        else superuser
+    )
+    job, batch = job_and_batch_with_secrets()
+    html = pages_of(client, job, batch)
+    for name, secret in SECRETS.items():
+        assert secret in html, name
+    assert "hidden: needs" not in html.lower()
+    assert ids_listed(client.get(JOBS, {"q": SECRETS["arg"]})) == [job.pk]
+    assert ids_listed(client.get(JOBS, {"q": SECRETS["kwarg"]})) == [job.pk]
+
+
 # The list: columns, filters, search, order.
 
 
@@ -294,6 +371,150 @@ def test_jobs_past_their_retention_never_appear(superuser: Client) -> None:
     assert superuser.get(job_url(expired)).status_code == 302  # "doesn't exist"
     overview = superuser.get(JOBS).context["eddyq_overview"]
     assert {item.state: item.count.value for item in overview.states}["failed"] == 1
+
+
+# Odd input: a normal page, never a 500.
+
+#: Values that are not an id, though some look like one to str.isdigit() or int().
+NOT_IDS = [
+    "²",  # isdigit() is True, int() refuses it
+    "9" * 5000,  # int() refuses more than 4300 digits
+    str(2**63),  # past bigint
+    str(2**64),
+    "-1",
+    "-" + "9" * 30,
+    "+1",
+    "1_0",
+    "1e3",
+    "0x1f",
+    "abc",
+    "",
+]
+
+
+def arabic_indic(number: int) -> str:
+    """``number`` in Arabic-Indic digits, which int() reads but an id is not written in."""
+    return "".join(chr(0x0660 + int(digit)) for digit in str(number))
+
+
+def test_searching_what_is_not_an_id(superuser: Client) -> None:
+    job = JobFactory(args=[])
+    for term in (*NOT_IDS, arabic_indic(job.pk), f"{job.pk}\n{job.pk}"):
+        response = superuser.get(JOBS, {"q": term})
+        assert response.status_code == 200, term[:12]
+        assert ids_listed(response) == ([] if term else [job.pk]), term[:12]
+
+
+def test_batch_filter_of_what_is_not_an_id(superuser: Client) -> None:
+    batch = BatchFactory()
+    job = JobFactory(batch=batch)
+    for value in (*NOT_IDS, arabic_indic(batch.pk)):
+        response = superuser.get(JOBS, {"batch": value})
+        assert response.status_code == 200, value[:12]
+        assert ids_listed(response) == ([] if value else [job.pk]), value[:12]
+
+
+ODD_VALUES = [*NOT_IDS, "\x00", "a\x00b", "(", "[", "\\", "'", "%", "x" * 5000]
+LIST_PARAMETERS = [
+    (JOBS, "q"),
+    (JOBS, "state__exact"),
+    (JOBS, "queue"),
+    (JOBS, "task"),
+    (JOBS, "batch"),
+    (JOBS, "p"),
+    (JOBS, "o"),
+    (BATCHES, "q"),
+    (BATCHES, "state__exact"),
+    (BATCHES, "p"),
+    (QUEUES, "q"),
+    (QUEUES, "paused_at__isempty"),
+]
+
+
+@pytest.mark.parametrize(("url", "parameter"), LIST_PARAMETERS)
+def test_odd_list_parameters_get_a_normal_page(superuser: Client, url: str, parameter: str) -> None:
+    failed_job(batch=BatchFactory())
+    QueueFactory(name="default")
+    for value in ODD_VALUES:
+        response = superuser.get(url, {parameter: value})
+        # The list, or Django's redirect for parameters it cannot use (?e=1).
+        assert response.status_code in (200, 302), value[:12]
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        {"state__regex": "("},  # the database refuses the pattern
+        {"task__iregex": "["},
+        {"queue": "x", "attempt__gt": "²"},
+        {"args__contains": '["x"]'},
+        {"kwargs__token": "x"},
+        {"errors__icontains": "Traceback"},
+        {"id__in": "1,2"},
+    ],
+)
+def test_only_the_filters_lookups_are_taken_from_the_url(
+    superuser: Client, lookup: dict[str, str]
+) -> None:
+    failed_job()
+    response = superuser.get(JOBS, lookup)
+    assert response.status_code == 302
+    assert response["Location"] == f"{JOBS}?e=1"
+
+
+def test_every_filter_choice_works(superuser: Client) -> None:
+    QueueFactory(name="default", paused_at=timezone.now())
+    failed_job(batch=BatchFactory())
+    for url in (JOBS, f"{JOBS}?batch={Batch.objects.get().pk}", BATCHES, QUEUES):
+        changelist = superuser.get(url).context["cl"]
+        for spec in changelist.filter_specs:
+            for choice in spec.choices(changelist):
+                page = superuser.get(url.split("?")[0] + choice["query_string"])
+                assert page.status_code == 200, choice["query_string"]
+
+
+def test_odd_object_urls_are_missing_objects(superuser: Client) -> None:
+    job = failed_job(batch=BatchFactory())
+    QueueFactory(name="default")
+    odd_keys = [*NOT_IDS[:4], "1\x00"]
+    urls = [
+        *[("job", key) for key in [*odd_keys, arabic_indic(job.pk)]],
+        *[("batch", key) for key in [*odd_keys, arabic_indic(job.batch_id or 0)]],
+        ("queue", "default\x00"),  # PostgreSQL text holds no NUL
+        ("queue", "x" * 5000),
+    ]
+    for model, key in urls:
+        for view in ("change", "history"):
+            response = superuser.get(reverse(f"admin:django_eddyq_{model}_{view}", args=[key]))
+            # "Doesn't exist", back to the admin's index.
+            assert response.status_code == 302, (model, view, key[:12])
+            assert response["Location"] == reverse("admin:index")
+
+
+def test_odd_selections_change_nothing(changer: Client) -> None:
+    job = failed_job()
+    QueueFactory(name="default")
+    for value in (*NOT_IDS, "\x00", arabic_indic(job.pk)):
+        for name, url in (("retry_jobs", JOBS), ("pause_queues", QUEUES)):
+            data = {"action": name, "index": "0", "_selected_action": [value]}
+            assert changer.post(url, data).status_code == 302, (name, value[:12])
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert not Queue.objects.get().is_paused
+    assert not LogEntry.objects.exists()
+
+
+def test_any_index_still_needs_the_actions_permission(changer: Client) -> None:
+    """Django picks the action by ``index`` its own way (any script's digits, the last one
+    when out of range): whichever it picks, an action the user may not run is refused."""
+    job = failed_job()
+    selected = {"_selected_action": [str(job.pk)]}
+    for index in (*NOT_IDS, arabic_indic(1), "7"):
+        both = {"action": ["retry_jobs", "delete_selected"], "index": index, **selected}
+        assert changer.post(JOBS, both).status_code == 403, index[:12]
+        assert Job.objects.filter(pk=job.pk).exists()
+        allowed = {"action": "retry_jobs", "index": index, **selected}
+        assert changer.post(JOBS, allowed).status_code == 302, index[:12]
 
 
 # Retention deadlines: the same rule as the cleaner's.
