@@ -96,6 +96,8 @@ def subject_environment(url: str, **extra: str) -> dict[str, str]:
         "DJANGO_DEBUG": "False",
         "DJANGO_LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
+        # Where the benchmarks' tasks are declared, for the workers' registry.
+        "EDDYQ_TASK_MODULES": "benchmarks.noop",
         **extra,
     }
     environment.pop("EDDYQ_EMBEDDED_PGDATA", None)

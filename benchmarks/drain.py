@@ -26,6 +26,7 @@ BENCH_DATABASE = "eddyq_bench"
 def setup_django() -> None:
     sys.path[:0] = [str(REPO), str(REPO / "testproject")]
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    os.environ.setdefault("EDDYQ_TASK_MODULES", "benchmarks.noop")
     from testproject.databases import database_url
 
     server_url = urlsplit(database_url())

@@ -106,6 +106,18 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
+def storable_text(text: str, limit: int) -> str:
+    """``text`` as jsonb can store it, for messages the queue writes itself (errors): NUL and
+    lone surrogates replaced, and cut to ``limit`` characters, saying so."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = _SURROGATE.sub("\ufffd", text)
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters cut)"
+    return text
+
+
 def _error(where: str, path: str, what: str) -> TypeError:
     location = f"{where}{path}" if path else where
     return TypeError(f"{location} is {what}, which cannot be stored as JSON")

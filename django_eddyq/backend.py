@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from django_eddyq import registry
 from django_eddyq.arguments import normalize_arguments
 from django_eddyq.base import Task as EddyqOwnTask
 from django_eddyq.base import parse_retention, validate_queue_name
@@ -40,9 +41,9 @@ from django_eddyq.compat import (
     task_started,
 )
 from django_eddyq.conf import did_you_mean
-from django_eddyq.durations import parse_duration
+from django_eddyq.durations import MAX_DELAY, parse_duration
 from django_eddyq.exceptions import TaskNotFound
-from django_eddyq.handlers import Handler, import_task
+from django_eddyq.handlers import Handler
 from django_eddyq.producer import JobSpec, insert_jobs
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class EddyqTask(_TaskBase):
         # Not super(): a slotted dataclass is a new class, which super() without arguments
         # does not know.
         Task.__post_init__(self)
+        # Declared, a Django task of this backend is one a worker may run (see registry).
+        registry.declare(self.module_path, self, django_task_handler(self))
 
     def using(
         self,
@@ -163,8 +166,11 @@ class EddyqBackend(BaseTaskBackend):
         """Django's checks, with ``run_after`` also a delay, and eddyq's queue names."""
         run_after: object = task.run_after
         if isinstance(run_after, timedelta):
-            if run_after < timedelta(0):
-                raise InvalidTask(f"run_after as a delay must not be negative, not {run_after!r}")
+            if not timedelta(0) <= run_after <= MAX_DELAY:
+                raise InvalidTask(
+                    f"run_after as a delay must be from 0 to {MAX_DELAY.days} days, "
+                    f"not {run_after!r}"
+                )
             # Django only checks that a datetime is aware; a delay needs no such check.
             task = _copy(task, run_after=None)
         super().validate_task(task)
@@ -249,23 +255,16 @@ class EddyqBackend(BaseTaskBackend):
 
     def _result(self, job: Job) -> TaskResult[..., Any]:
         try:
-            target = import_task(job.task)
+            target = registry.lookup(job.task).task
         except TaskNotFound as error:
-            raise TaskResultDoesNotExist(
-                f"task result {job.pk} exists, but its task cannot be imported: {error}"
-            ) from error
+            raise TaskResultDoesNotExist(f"task result {job.pk} exists, but {error}") from error
+        source: Task[..., Any] | None
         if isinstance(target, Task):
-            source: Task[..., Any] | None = target
-            func = target.func
-        elif isinstance(target, EddyqOwnTask):
-            # A job of eddyq's own @task: the same table, seen through Django's API.
-            source, func = None, target.func
-        elif callable(target):
-            source, func = None, target
+            source, func = target, target.func
         else:
-            raise TaskResultDoesNotExist(
-                f"task result {job.pk} exists, but its task {job.task!r} is not a callable"
-            )
+            # A job of eddyq's own @task: the same table, seen through Django's API.
+            assert isinstance(target, EddyqOwnTask)
+            source, func = None, target.func
         values: dict[str, Any] = {"queue_name": job.queue, "priority": job.priority}
         if source is None:
             # Django 6.0's Task has no defaults for these.

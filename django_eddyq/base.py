@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, overload
 from croniter import croniter
 from django.utils import timezone
 
-from django_eddyq.durations import parse_duration
+from django_eddyq import registry
+from django_eddyq.durations import MAX_DELAY, parse_duration
+from django_eddyq.handlers import Handler
 
 if TYPE_CHECKING:
     from django_eddyq.models import Job
@@ -192,6 +194,8 @@ def task[**P, R](
     scheduled time, from the elected leader's periodic enqueuer. ``unique_for="1h"``: enqueueing
     it with the same arguments and queue as a job that is unfinished, or completed within the
     last hour, returns that job instead of inserting another.
+
+    Declaring a task registers it under its path: workers run the jobs of registered tasks only.
     """
 
     def wrap(func: Callable[P, R]) -> Task[P, R]:
@@ -206,6 +210,15 @@ def task[**P, R](
             cron=cron,
             unique_for=(
                 None if unique_for is None else parse_duration(unique_for, name="unique_for")
+            ),
+        )
+        registry.declare(
+            new.path,
+            new,
+            Handler(
+                func=func,
+                timeout=None if new.timeout is None else new.timeout.total_seconds(),
+                backoff=new.backoff,
             ),
         )
         if cron is not None:
@@ -239,8 +252,10 @@ def validate_priority(priority: object) -> int:
 
 def validate_run_at(run_at: object) -> None:
     if isinstance(run_at, timedelta):
-        if run_at < timedelta(0):
-            raise ValueError(f"run_at as a delay must not be negative, not {run_at!r}")
+        if not timedelta(0) <= run_at <= MAX_DELAY:
+            raise ValueError(
+                f"run_at as a delay must be from 0 to {MAX_DELAY.days} days, not {run_at!r}"
+            )
     elif isinstance(run_at, datetime):
         if timezone.is_naive(run_at):
             raise ValueError(f"run_at must be timezone-aware, not the naive {run_at.isoformat()}")

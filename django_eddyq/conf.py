@@ -164,6 +164,19 @@ def _index_names(value: object, source: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _module_names(value: object, source: str) -> tuple[str, ...]:
+    # A lone string is refused: it would otherwise be read letter by letter.
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ValueError(f"{source}: {value!r} is not a list of module names")
+    for name in value:
+        if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+            raise ValueError(f"{source}: {name!r} in {value!r} is not a dotted module name")
+    return tuple(value)
+
+
 def _periodic(value: object, source: str) -> dict[str, dict[str, object]]:
     if not isinstance(value, Mapping):
         raise ValueError(f"{source}: {value!r} is not a dict of names to dicts of options")
@@ -342,6 +355,7 @@ class EddyqSettings:
     LEADER_LEASE = Setting("30s", _positive_duration)
     LEADER_RENEW_INTERVAL = Setting("10s", _positive_duration)
     PERIODIC = Setting({}, _periodic, from_environment=None)
+    TASK_MODULES = Setting((), _module_names, from_environment=_comma_separated)
 
     @property
     def defaults(self) -> Mapping[str, object]:

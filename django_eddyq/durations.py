@@ -109,3 +109,23 @@ def _microseconds(microseconds: Decimal, value: object, name: str) -> datetime.t
 
 def _not_a_duration(value: object, name: str) -> str:
     return f"{name}: {value!r} is not a duration ({UNITS_HINT})"
+
+
+#: The longest a job is ever put off, by ``Snooze``, a backoff or a rescue: longer delays are
+#: cut to it, so that no delay can push a job's time past what PostgreSQL's timestamps hold.
+MAX_DELAY = datetime.timedelta(days=36525)
+_MAX_DELAY_SECONDS = MAX_DELAY.total_seconds()
+
+
+def delay_seconds(value: object, *, name: str) -> float:
+    """``value`` (seconds, or a ``timedelta``) as a delay: a finite number of seconds of zero or
+    more, cut to ``MAX_DELAY``. Anything else raises ``ValueError`` naming ``name``."""
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"{name} takes a number of seconds or a timedelta, not {value!r}")
+    if seconds != seconds or seconds < 0:  # NaN is the one number unequal to itself
+        raise ValueError(f"{name} takes a delay of zero or more seconds, not {value!r}")
+    if seconds == math.inf:
+        raise ValueError(f"{name} takes a finite delay, not {value!r}")
+    # Compared before float(): an int too large for a float is simply too long.
+    return _MAX_DELAY_SECONDS if seconds >= _MAX_DELAY_SECONDS else float(seconds)

@@ -24,7 +24,7 @@ from django_eddyq.maintenance.service import Service
 logger = logging.getLogger("django_eddyq")
 
 ELECTION = "default"
-# How long a leader gives its services to end their pass when it steps down.
+# How often a leader stepping down says that a service is still ending its pass.
 SERVICE_STOP_SECONDS = 10.0
 
 
@@ -55,10 +55,6 @@ class Elector(Loop):
     @property
     def is_leader(self) -> bool:
         return self._leading
-
-    def holds_lease(self) -> bool:
-        """True while it is safe to run maintenance: the lease is ours for a while yet."""
-        return self.lease_left() > 0
 
     def lease_left(self) -> float:
         """Seconds before this process must stop running maintenance; 0 when it does not lead."""
@@ -103,8 +99,9 @@ class Elector(Loop):
     def on_stop(self) -> None:
         was_leading = self._leading
         if was_leading:
-            self._stop_services()
+            # Not leading from here on: the services' fence refuses their next statement.
             self._leading = False
+            self._stop_services()
         try:
             if was_leading:
                 self._connect().execute(sql.RESIGN_LEADER, self._params())
@@ -123,11 +120,11 @@ class Elector(Loop):
 
     def _campaign(self) -> bool:
         connection = self._connect()
-        # A renewal that takes longer than an interval is as good as failed. SET LOCAL: the
-        # timeout ends with the transaction, even on a pooled connection.
+        # A renewal that takes longer than an interval is as good as failed. Local: the timeout
+        # ends with the transaction, even on a pooled connection.
         timeout_ms = max(int(eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds() * 1000), 100)
         with connection.transaction():
-            connection.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
+            connection.execute(sql.SET_LOCAL_STATEMENT_TIMEOUT, {"timeout": str(timeout_ms)})
             connection.execute(sql.ENSURE_LEADER_ROW, {"name": self.election})
             won = connection.execute(sql.CAMPAIGN_FOR_LEADER, self._params()).fetchall()
         return bool(won)
@@ -145,10 +142,14 @@ class Elector(Loop):
         self._stop_services()
 
     def _stop_services(self) -> None:
+        """Stop the services and wait for each to end its pass, however long: resigning (or
+        campaigning again) before they end could let a statement run beside the next leader.
+        No wait is long: the lease is no longer this process's, so the fence refuses their
+        next statement and ends the one under way (see ``Service._fence``)."""
         for service in self.services:
             service.stop()
         for service in self.services:
-            if not service.join(SERVICE_STOP_SECONDS):
+            while not service.join(SERVICE_STOP_SECONDS):
                 logger.warning(
                     "eddyq %s: still finishing its pass after stepping down", service.name
                 )

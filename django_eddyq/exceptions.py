@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django_eddyq.durations import delay_seconds
+
 
 class Snooze(Exception):
-    """Run the job again after ``seconds``, giving the attempt back and recording no error."""
+    """Run the job again after ``seconds``, giving the attempt back and recording no error.
+
+    ``seconds`` must be finite and zero or more (a ``ValueError`` otherwise, which fails the
+    attempt that raised it); beyond ``durations.MAX_DELAY`` it is cut to it.
+    """
 
     def __init__(self, seconds: float | timedelta) -> None:
-        if isinstance(seconds, timedelta):
-            seconds = seconds.total_seconds()
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ValueError(f"Snooze takes a non-negative number of seconds, not {seconds!r}")
-        self.seconds = float(seconds)
+        self.seconds = delay_seconds(seconds, name="Snooze")
         super().__init__(f"snoozed for {self.seconds:g}s")
 
 
@@ -25,13 +27,18 @@ class Discard(Exception):
         super().__init__(reason)
 
 
-class TaskNotFound(ImportError):
-    """A job names a task path that cannot be imported."""
+class TaskNotFound(LookupError):
+    """A job names a task that is not registered in this process (see ``registry``)."""
 
 
 class MalformedJob(TypeError):
-    """A job's stored ``args`` are not a JSON array, or its ``kwargs`` not a JSON object: a row
-    written by something other than enqueue, such as an edit by hand."""
+    """A job's stored ``args`` are not a JSON array, its ``kwargs`` or ``metadata`` not a JSON
+    object, or one of them cannot be read at all: a row written by something other than
+    enqueue, such as an edit by hand."""
+
+
+class OutcomeNotStored(Exception):
+    """The database refused to store how an attempt ended; the job failed with this instead."""
 
 
 class JobRescued(Exception):

@@ -1,7 +1,7 @@
-"""What a job's task path resolves to, and how long a failed attempt waits before the next.
+"""How a worker runs a task's jobs, and how long a failed attempt waits before the next.
 
 Shared by the worker, which runs handlers, and the rescuer, which retries jobs whose worker
-died, so it depends on neither.
+died, so it depends on neither. Which handler a job gets is the registry's answer.
 """
 
 from __future__ import annotations
@@ -9,16 +9,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from functools import lru_cache
-from importlib import import_module
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django_eddyq.base import Task
-from django_eddyq.exceptions import TaskNotFound
+from django_eddyq.durations import delay_seconds
 
 if TYPE_CHECKING:
     from django_eddyq.worker.execution import ClaimedJob, Outcome
@@ -57,10 +53,10 @@ class AttemptHooks(Protocol):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Handler:
-    """What a task path resolves to: the function and the options the worker needs.
+    """How to run a declared task's jobs: the function and the options the worker needs.
 
-    ``hooks`` is None for eddyq's own tasks and plain callables, which the worker calls with
-    the job's arguments and nothing around; a Django task has hooks that give its context and
+    ``hooks`` is None for eddyq's own tasks, which the worker calls with the job's arguments
+    and nothing around; a Django task has hooks that give its context and
     send Django's ``task_started`` and ``task_finished`` signals.
     """
 
@@ -75,72 +71,18 @@ class Handler:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
 
 
-@lru_cache(maxsize=4096)
-def resolve(path: str) -> Handler:
-    """The handler of the task at ``module.qualname``."""
-    return _handler_for(import_task(path), path)
-
-
-def import_task(path: str) -> Any:
-    """Import ``module.qualname``, trying the longest importable module prefix."""
-    parts = path.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        module_name, attributes = ".".join(parts[:split]), parts[split:]
-        try:
-            target: Any = import_module(module_name)
-        except ImportError as error:
-            if error.name is not None and not module_name.startswith(error.name):
-                # The module exists but itself failed to import something: say so.
-                raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
-            continue
-        try:
-            for attribute in attributes:
-                target = getattr(target, attribute)
-        except AttributeError as error:
-            raise TaskNotFound(f"cannot import task {path!r}: {error}") from error
-        return target
-    raise TaskNotFound(f"cannot import task {path!r}: no such module")
-
-
-def _handler_for(target: Any, path: str) -> Handler:
-    if isinstance(target, Task):
-        timeout = target.timeout.total_seconds() if target.timeout is not None else None
-        return Handler(func=target.func, timeout=timeout, backoff=target.backoff)
-    django_task_class = _django_task_class()
-    if django_task_class is not None and isinstance(target, django_task_class):
-        from django_eddyq.backend import django_task_handler
-
-        return django_task_handler(target)
-    if callable(target):
-        return Handler(func=target, timeout=None, backoff=None)
-    raise TaskNotFound(f"cannot run task {path!r}: it is a {type(target).__name__}, not a callable")
-
-
-def _django_task_class() -> type[Any] | None:
-    """``django.tasks.Task``, or None on Django 5.2 without the django-tasks backport."""
-    try:
-        from django_eddyq.compat import Task as DjangoTask
-    except ImportError:
-        return None
-    return DjangoTask
-
-
 def default_backoff(attempt: int) -> float:
     """River's curve: attempt⁴ seconds, with ±10 % jitter so retries don't arrive in step."""
-    return float(attempt**4) * random.uniform(0.9, 1.1)
+    return delay_seconds(float(attempt) ** 4 * random.uniform(0.9, 1.1), name="the default backoff")
 
 
 def retry_delay(handler: Handler | None, attempt: int) -> float:
-    """Seconds until the next attempt; a task's own backoff that fails falls back to ours."""
+    """Seconds until the next attempt: the task's backoff, cut to ``durations.MAX_DELAY``; one
+    that raises or returns no usable delay falls back to the default, with an ERROR logged."""
     if handler is None or handler.backoff is None:
         return default_backoff(attempt)
     try:
-        delay = handler.backoff(attempt)
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        return delay_seconds(handler.backoff(attempt), name="a task's backoff")
     except Exception:
         logger.exception("eddyq: the backoff of a task failed; using the default backoff")
         return default_backoff(attempt)
-    if not math.isfinite(seconds):
-        logger.error("eddyq: a task's backoff returned %r; using the default backoff", seconds)
-        return default_backoff(attempt)
-    return max(seconds, 0.0)

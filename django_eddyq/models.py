@@ -17,7 +17,8 @@ from django_eddyq.managers import JobManager, QueueDatabaseManager
 
 class ExactJSONField(models.JSONField):
     """A ``JSONField`` whose floats come back as the same floats, ``-0.0`` and ``1e16``
-    included (see ``django_eddyq.arguments``).
+    included (see ``django_eddyq.arguments``), and whose JSON that Python cannot read comes
+    back as text.
 
     Migrations see a plain ``JSONField``: how floats are written changes no schema.
     """
@@ -26,6 +27,15 @@ class ExactJSONField(models.JSONField):
         kwargs.setdefault("encoder", ExactJSONEncoder)
         kwargs.setdefault("decoder", ExactJSONDecoder)
         super().__init__(*args, **kwargs)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        try:
+            return super().from_db_value(value, expression, connection)
+        except (ValueError, RecursionError):
+            # JSON another producer wrote that Python cannot read (an integer of thousands of
+            # digits, deep nesting) comes as its text, rather than failing every page and
+            # query that loads the row.
+            return value
 
     def deconstruct(self) -> tuple[str, str, Sequence[Any], dict[str, Any]]:
         name, _path, args, kwargs = super().deconstruct()
@@ -80,7 +90,7 @@ class Job(models.Model):
     )
     locked_until = models.DateTimeField(_("locked until"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
-    errors = models.JSONField(_("errors"), default=list)
+    errors = ExactJSONField(_("errors"), default=list)
     result = ExactJSONField(_("result"), null=True, blank=True)
     batch = models.ForeignKey(
         "Batch",
@@ -95,13 +105,13 @@ class Job(models.Model):
         # take an entry for each row version of each job (every claim and finish), for nothing.
         db_index=False,
     )
-    retention = models.JSONField(
+    retention = ExactJSONField(
         _("retention override"),
         null=True,
         blank=True,
         help_text=_("Seconds to keep this job per terminal state; null keeps it forever."),
     )
-    metadata = models.JSONField(_("metadata"), default=dict)
+    metadata = ExactJSONField(_("metadata"), default=dict)
     cancel_requested_at = models.DateTimeField(
         _("cancel requested at"),
         null=True,
@@ -128,6 +138,9 @@ class Job(models.Model):
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
         ordering: ClassVar[list[str]] = ["-id"]
+        # Arguments and results can hold personal data or secrets, as can tracebacks: the
+        # admin shows them (batches' callback arguments too) only with this permission.
+        permissions = (("view_job_payload", "Can view job arguments, results and tracebacks"),)
         constraints: ClassVar[list[Any]] = [
             models.CheckConstraint(
                 condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
@@ -267,7 +280,7 @@ class Batch(models.Model):
     callback_job = models.BigIntegerField(_("callback job id"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
-    metadata = models.JSONField(_("metadata"), default=dict)
+    metadata = ExactJSONField(_("metadata"), default=dict)
 
     objects = QueueDatabaseManager()
 
@@ -293,7 +306,7 @@ class Queue(models.Model):
     paused_at = models.DateTimeField(_("paused at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
-    metadata = models.JSONField(_("metadata"), default=dict)
+    metadata = ExactJSONField(_("metadata"), default=dict)
 
     objects = QueueDatabaseManager()
 

@@ -170,6 +170,8 @@ WHERE name IN (
 )
 """
 
+# The attempt is capped so that a row written with the largest integer runs (and fails) once
+# more, instead of making every claim that meets it fail.
 # Paused queues are left out by NOT IN, which stays a filter on a hash of the paused queues'
 # names, applied to the claim index's ordered scan: the first jobs found are the ones taken.
 # (NOT EXISTS becomes an anti-join, which the planner expects to leave almost no jobs once it
@@ -187,15 +189,16 @@ WITH picked AS (
 )
 UPDATE eddyq_jobs AS job
 SET state = 'running',
-    attempt = job.attempt + 1,
+    attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
 FROM picked
 WHERE job.id = picked.id
-RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority, job.run_at,
-          job.attempt, job.max_attempts, job.attempted_at, job.batch_id, job.metadata
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
 """
 
 
@@ -226,7 +229,9 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
 # needs no such help (its equality is answered in order by the queue index, statistics or not);
 # a claim from several keeps the planner's choice: the queue index, the one that finds a rare
 # queue's jobs without reading the others', gives them in order only one queue at a time.
-CLAIM_WITHOUT_SORT = "SET LOCAL enable_sort = off"
+# set_config(..., true) rather than SET LOCAL, which outside BEGIN (a pipeline's statements are
+# outside it) logs a WARNING on the server at every pass.
+CLAIM_WITHOUT_SORT = "SELECT set_config('enable_sort', 'off', true)"
 
 
 # The finish and the heartbeat test a job's state as (state = 'running') IS TRUE: written
@@ -281,6 +286,26 @@ WHERE id = ANY(%(ids)s::bigint[]) AND (state = 'running') IS TRUE AND locked_by 
 RETURNING id, cancel_requested_at IS NOT NULL
 """
 
+# After a reply was lost (a connection that broke as a pass committed, a pass whose results
+# could not be read): the jobs running under this worker that it does not know of go back, their
+# attempt given back, since no handler ever started them; one whose cancellation was asked for
+# ends cancelled instead. The lease index holds just the running jobs.
+HAND_BACK_STRAYS = f"""
+WITH handed_back AS (
+    UPDATE eddyq_jobs AS job
+    SET state = CASE WHEN job.cancel_requested_at IS NULL THEN 'available' ELSE 'cancelled' END,
+        attempt = GREATEST(job.attempt - 1, 0),
+        finalized_at = CASE WHEN job.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL
+    WHERE job.state = 'running'
+      AND job.locked_by = %(worker_id)s
+      AND job.id <> ALL(%(known)s::bigint[])
+    RETURNING job.id, job.state, job.queue, job.batch_id
+)
+SELECT id, state, batch_id, ({_NOTIFY_QUEUES.format(source="handed_back")}) FROM handed_back
+"""
+
 _PROMOTE_DUE = f"""
 WITH due AS (
     SELECT id FROM eddyq_jobs
@@ -302,8 +327,10 @@ PROMOTE_DUE_FROM_QUEUES = _PROMOTE_DUE.format(queue_filter="AND queue = ANY(%(qu
 # Maintenance: rescuer, scheduler, periodic enqueuer.
 
 # Running jobs whose lease has passed: the lease decides, never the job's age.
+# The lease's end is read as text, for the error entry: a row may hold a time that no Python
+# datetime can (-infinity).
 SELECT_STUCK_JOBS = f"""
-SELECT id, task, attempt, max_attempts, locked_by, locked_until,
+SELECT id, task, attempt, max_attempts, locked_by, locked_until::text,
        cancel_requested_at IS NOT NULL
 FROM eddyq_jobs
 WHERE state = 'running' AND locked_until < {NOW}
@@ -312,6 +339,7 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
+# Tests the lease again, as the row is now: a heartbeat may have renewed it since it was found.
 RESCUE_JOBS = f"""
 WITH rescue AS (
     SELECT * FROM unnest(
@@ -328,17 +356,32 @@ WITH rescue AS (
         locked_by = NULL,
         locked_until = NULL
     FROM rescue
-    WHERE job.id = rescue.id AND job.state = 'running'
+    WHERE job.id = rescue.id AND job.state = 'running' AND job.locked_until < {NOW}
     RETURNING job.id, job.state, job.batch_id
 )
 SELECT id, state, batch_id FROM rescued
 """
 
-# When the next scheduled or retryable job comes due, in seconds from now (negative: overdue).
+# A job the rescuer cannot rescue (the statement above failed for it alone) is failed with its
+# error entry, touching no column whose value could be what failed.
+SET_ASIDE_STUCK_JOB = f"""
+UPDATE eddyq_jobs
+SET state = 'failed',
+    errors = errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object('at', {NOW})),
+    finalized_at = {NOW},
+    locked_by = NULL,
+    locked_until = NULL
+WHERE id = %(id)s AND state = 'running' AND locked_until < {NOW}
+RETURNING batch_id
+"""
+
+# When the next scheduled or retryable job comes due, in seconds from now (negative: overdue). A
+# job due at infinity never is (and PostgreSQL before 17 cannot subtract it); one due at
+# -infinity is promoted by the pass before.
 NEXT_DUE_IN = f"""
 SELECT extract(epoch FROM min(run_at) - {NOW})
 FROM eddyq_jobs
-WHERE state IN ('scheduled', 'retryable')
+WHERE state IN ('scheduled', 'retryable') AND run_at < 'infinity'
 """
 
 DATABASE_NOW = "SELECT now()"
@@ -397,11 +440,27 @@ RETURNING leader.expires_at
 """
 
 # Before each statement of a maintenance pass: the server cancels the statement, or ends a
-# session idle in its transaction, once the leader lease this process holds is over.
+# session idle in its transaction, once the leader lease this process holds is over. Inside a
+# transaction they are local to it (%s is true); in autocommit they are the session's, and
+# RESTORE_TIMEOUTS puts back what FENCE_TIMEOUTS returned once the statement has run, so that
+# no other user of the connection (a pool, PgBouncer) inherits them.
 FENCE_TIMEOUTS = """
+WITH prior AS MATERIALIZED (
+    SELECT current_setting('statement_timeout') AS statement_timeout,
+           current_setting('idle_in_transaction_session_timeout') AS idle_timeout
+)
+SELECT statement_timeout, idle_timeout,
+       set_config('statement_timeout', %s, %s),
+       set_config('idle_in_transaction_session_timeout', %s, %s)
+FROM prior
+"""
+RESTORE_TIMEOUTS = """
 SELECT set_config('statement_timeout', %s, false),
        set_config('idle_in_transaction_session_timeout', %s, false)
 """
+
+# The elector's bound on its own statements, for its transaction only.
+SET_LOCAL_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout)s, true)"
 
 RESIGN_LEADER = f"""
 WITH resigned AS (

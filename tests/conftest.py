@@ -56,6 +56,8 @@ def worker_environment() -> dict[str, str]:
         "EDDYQ_POLL_INTERVAL": "100ms",
         "EDDYQ_HEARTBEAT_INTERVAL": "1s",
         "EDDYQ_STALE_AFTER": "5s",
+        # The tests' own tasks live outside any app's tasks module.
+        "EDDYQ_TASK_MODULES": "tests.jobs",
         "PYTHONUNBUFFERED": "1",
     }
 

@@ -151,6 +151,38 @@ def plain_function(x: int) -> int:
     return x * 2
 
 
+@task(max_attempts=3, backoff=lambda attempt: 1e15)
+def fails_with_a_huge_backoff() -> None:
+    raise ValueError("first failure")
+
+
+@task(max_attempts=3, backoff=lambda attempt: float("nan"))
+def fails_with_a_nan_backoff() -> None:
+    raise ValueError("first failure")
+
+
+@task(max_attempts=3)
+def snoozes_for(seconds: str) -> None:
+    """Snoozes for ``float(seconds)``: ``"inf"``, ``"nan"`` and ``"1e300"`` included."""
+    raise Snooze(float(seconds))
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message for you")
+
+
+@task(max_attempts=1)
+def raises_the_unstorable() -> None:
+    """Raises an exception whose message cannot be shown, and one holding NUL."""
+    raise _Unprintable() from ValueError("NUL \x00 and a lone surrogate \ud800")
+
+
+@task(max_attempts=1)
+def raises_with_nul() -> None:
+    raise ValueError("NUL \x00 and a lone surrogate \ud800 in a message")
+
+
 # Tasks of the fault suite (tests/faults/).
 
 
@@ -168,6 +200,14 @@ def record_execution(job_id: int, seconds: float = 0.0) -> int:
     with transaction.atomic():
         Execution.objects.create(label="execution", job_id=job_id, pid=os.getpid())
     return job_id
+
+
+@task(backoff=lambda attempt: 0)
+def record_start_then_execution(job_id: int, seconds: float = 0.0) -> int:
+    """``record_execution``, with a row labelled "started" committed first: when the handler
+    began, for tests of what a stop does to handlers that have started."""
+    Execution.objects.create(label="started", job_id=job_id, pid=os.getpid())
+    return record_execution.func(job_id, seconds)
 
 
 @task(timeout="300ms", max_attempts=1)

@@ -19,8 +19,8 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from django_eddyq.backend import EddyqBackend, EddyqTask
-from django_eddyq.handlers import resolve
 from django_eddyq.models import Job
+from django_eddyq.registry import handler
 from django_eddyq.worker import Worker
 from tests import jobs as eddyq_jobs
 
@@ -167,7 +167,7 @@ def test_queue_names_follow_eddyqs_rules() -> None:
 def test_run_after_is_validated() -> None:
     with pytest.raises(InvalidTask, match="aware"):
         jobs.add.using(run_after=datetime(2030, 1, 1))
-    with pytest.raises(InvalidTask, match="must not be negative"):
+    with pytest.raises(InvalidTask, match="must be from 0 to 36525 days"):
         jobs.add.using(run_after=timedelta(seconds=-1))
 
 
@@ -529,5 +529,5 @@ def test_a_failing_started_receiver_fails_the_attempt(run_burst_worker: RunWorke
 
 def test_only_django_tasks_run_with_hooks() -> None:
     """eddyq's own tasks stay a bare call: no query, no signal, no context."""
-    assert resolve(eddyq_jobs.add.path).hooks is None
-    assert resolve(jobs.add.module_path).hooks is not None
+    assert handler(eddyq_jobs.add.path).hooks is None
+    assert handler(jobs.add.module_path).hooks is not None

@@ -269,8 +269,8 @@ def test_docs_describe_every_check() -> None:
     ("schedule", "message"),
     [
         ({"task": "tests.jobs.add", "cron": "every minute"}, "cron expression 'every minute'"),
-        ({"task": "tests.jobs.no_such_task", "cron": "* * * * *"}, "cannot import task"),
-        ({"task": "no.such.module.task", "cron": "* * * * *"}, "cannot import task"),
+        ({"task": "tests.jobs.no_such_task", "cron": "* * * * *"}, "is not a registered task"),
+        ({"task": "no.such.module.task", "cron": "* * * * *"}, "is not a registered task"),
         ({"task": "tests.jobs.add", "cron": "* * * * *", "timezone": "Nowhere/Else"}, "timezone"),
     ],
 )

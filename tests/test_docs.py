@@ -28,8 +28,6 @@ from pathlib import Path
 
 import pytest
 
-from django_eddyq.handlers import resolve
-
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RUNNABLE = "python"
 AMBIGUOUS = frozenset({"", "py", "python3"})
@@ -123,8 +121,6 @@ def test_examples_run(page: Path) -> None:
                 run(block, module)
     finally:
         del sys.modules[name]
-        # The worker caches the handlers it resolved by path; these ones are gone.
-        resolve.cache_clear()
 
 
 def run(block: Block, module: types.ModuleType) -> None:

@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from demo.models import Execution
 from django_eddyq.election import Elector
+from django_eddyq.maintenance import Cleaner, PeriodicEnqueuer, QueueCleaner, Rescuer, Scheduler
 from django_eddyq.maintenance.service import Service
 from django_eddyq.models import Job, Leader
 from tests import jobs
@@ -59,7 +60,7 @@ def test_one_of_two_electors_wins_and_renews(short_lease: None) -> None:
     try:
         assert first.run_once() == 1
         assert second.run_once() == 0
-        assert first.is_leader and first.holds_lease()
+        assert first.is_leader and first.lease_left() > 0
         assert not second.is_leader
         elected = leader()
         assert elected.leader_id == "first"
@@ -151,6 +152,33 @@ def test_no_statement_of_a_pass_is_sent_after_the_lease(caplog: pytest.LogCaptur
     service.on_stop()
 
 
+def session_timeouts() -> tuple[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('statement_timeout'),"
+            " current_setting('idle_in_transaction_session_timeout')"
+        )
+        statement, idle = cursor.fetchone()
+    return statement, idle
+
+
+@pytest.mark.parametrize("make", [Rescuer, Scheduler, Cleaner, QueueCleaner, PeriodicEnqueuer])
+def test_a_pass_leaves_no_timeout_on_its_connection(make: type[Service]) -> None:
+    """The fence's timeouts end with the statement (or its transaction): with Django's pool or
+    PgBouncer in transaction mode, whatever uses the connection next would inherit them."""
+    jobs.echo.enqueue()
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = '41s'")
+    service = make()
+    service.lease_left = lambda: 17.5
+    with override_settings(
+        EDDYQ={"PERIODIC": {"often": {"task": "tests.jobs.add", "cron": "* * * * *"}}}
+    ):
+        service.loop_pass()
+    assert session_timeouts() == ("41s", "0")
+    service.on_stop()
+
+
 def test_a_leader_steps_down_before_its_lease_can_expire(
     short_lease: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,11 +196,11 @@ def test_a_leader_steps_down_before_its_lease_can_expire(
         with pytest.raises(psycopg.OperationalError):
             elector.run_once()
         elector.on_failure()
-        assert elector.is_leader and elector.holds_lease()
+        assert elector.is_leader and elector.lease_left() > 0
         # The last good renewal was sent 1.6s ago: less than one renew interval (0.5s) of the 2s
         # lease is left, so services start no more passes, and the next failure steps down.
         elector._valid_until = time.monotonic() + 0.4
-        assert not elector.holds_lease()
+        assert elector.lease_left() == 0
         assert not service.may_run()
         with pytest.raises(psycopg.OperationalError):
             elector.run_once()

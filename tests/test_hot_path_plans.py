@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from django_eddyq import db, producer, sql
+from django_eddyq import producer, sql
+from django_eddyq.worker import passes
 from django_eddyq.worker.passes import Pass, run_pass
 from django_eddyq.worker.worker import claim_limit
 from tests import jobs
@@ -136,7 +137,7 @@ def test_a_pass_claims_from_any_queue_without_a_sort(
 ) -> None:
     producer.insert_jobs([producer.JobSpec.for_task(jobs.add, (1, 2), {})])
     trace = tmp_path / "libpq.trace"
-    with db.connect() as worker_connection, trace.open("w") as out:
+    with passes.connect() as worker_connection, trace.open("w") as out:
         # What the pass sends, as libpq writes it out.
         worker_connection.pgconn.trace(out.fileno())
         done = run_pass(
@@ -152,6 +153,26 @@ def test_a_pass_claims_from_any_queue_without_a_sort(
     assert (sql.CLAIM_WITHOUT_SORT in sent) is without_sort
     if without_sort:
         assert sent.index(sql.CLAIM_WITHOUT_SORT) < sent.index("FOR UPDATE SKIP LOCKED")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_from_any_queue_makes_the_server_warn_of_nothing() -> None:
+    """SET LOCAL outside BEGIN, as a pipeline's statements are, has the server log "SET LOCAL
+    can only be used in transaction blocks" at every pass; it sends the client that WARNING
+    too, which is what this test hears."""
+    producer.insert_jobs([producer.JobSpec.for_task(jobs.add, (1, 2), {})])
+    notices: list[str] = []
+    with passes.connect() as worker_connection:
+        worker_connection.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+        done = run_pass(
+            worker_connection,
+            Pass(outcomes=[], renew=[], promote=False, claim=5, touch=[]),
+            worker_id="test",
+            lease_seconds=60.0,
+            queues=None,
+        )
+    assert len(done.claimed) == 1
+    assert notices == []
 
 
 @pytest.mark.usefixtures("busy_queue")

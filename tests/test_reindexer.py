@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.checks import Tags, run_checks
 from django.db import OperationalError, connection
@@ -186,6 +187,56 @@ def test_skips_while_an_index_build_is_under_way(
     assert filenode("eddyq_jobs_due_idx") == before
     assert "eddyq_jobs_due_idx_ccnew" in index_names()
     assert any("under way" in record.getMessage() for record in caplog.records)
+
+
+def rebuild_waiting_on_a_lock(service: Reindexer, held_for: float) -> tuple[int, float]:
+    """A fenced rebuild of one index while another session holds a lock it waits for, for
+    ``held_for`` seconds: how many it rebuilt, and how long the pass took."""
+    with (
+        indexes("eddyq_jobs_due_idx"),
+        psycopg.connect(**connection.get_connection_params()) as locker,
+    ):
+        locker.execute("LOCK TABLE eddyq_jobs IN SHARE UPDATE EXCLUSIVE MODE")
+        release = threading.Timer(held_for, locker.rollback)
+        started = time.monotonic()
+        release.start()
+        try:
+            count = service.fenced_pass(service.run_once)
+            took = time.monotonic() - started
+        finally:
+            release.join()
+        return count, took
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_may_outlast_the_lease_left_when_it_started(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A REINDEX is not cut by a statement timeout of the lease left at its start (a big
+    index takes longer than that) while this process still holds the lease."""
+    caplog.set_level(logging.DEBUG, "django_eddyq")
+    service = Reindexer()
+    service.lease_left = lambda: 0.3  # renewed all along
+    before = filenode("eddyq_jobs_due_idx")
+    count, took = rebuild_waiting_on_a_lock(service, held_for=1.0)
+    assert count == 1 and took >= 1.0
+    assert filenode("eddyq_jobs_due_idx") != before
+    assert "eddyq reindexer: pass by leader" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rebuild_is_cancelled_once_the_lease_is_lost(caplog: pytest.LogCaptureFixture) -> None:
+    service = Reindexer()
+    lease_ends = time.monotonic() + 0.5
+    service.lease_left = lambda: max(lease_ends - time.monotonic(), 0.0)
+    before = filenode("eddyq_jobs_due_idx")
+    count, took = rebuild_waiting_on_a_lock(service, held_for=3.0)
+    assert count == 0
+    assert "pass cut short, the leader lease ran out" in caplog.text
+    assert filenode("eddyq_jobs_due_idx") == before
+    assert is_valid("eddyq_jobs_due_idx")
+    assert 0.5 <= took < 2.0  # cancelled as the lease ended, not when the lock went
+    service.on_stop()
 
 
 @pytest.mark.django_db

@@ -153,6 +153,7 @@ PARSED_DEFAULTS: dict[str, object] = {
     "LEADER_LEASE": timedelta(seconds=30),
     "LEADER_RENEW_INTERVAL": timedelta(seconds=10),
     "PERIODIC": {},
+    "TASK_MODULES": (),
 }
 
 
@@ -310,6 +311,8 @@ def test_other_settings_changing_keep_the_cache(monkeypatch: pytest.MonkeyPatch)
         ("REINDEX_SCHEDULE", 0, "0 is not a cron expression"),
         ("REINDEX_INDEXES", "eddyq_jobs_claim_idx", "is not a list of index names"),
         ("REINDEX_INDEXES", ["ok", ""], "'' in ['ok', ''] is not an index name"),
+        ("TASK_MODULES", "myapp.jobs", "is not a list of module names"),
+        ("TASK_MODULES", ["myapp.jobs", "os system"], "'os system' in"),
         ("PERIODIC", ["nightly"], "is not a dict of names to dicts of options"),
         ("PERIODIC", {"nightly": "0 2 * * *"}, "entry 'nightly' is not a name with a dict"),
     ],
@@ -398,6 +401,7 @@ def test_environment_wins_over_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ("EDDYQ_REINDEX_INDEXES", "a,b", "REINDEX_INDEXES", ("a", "b")),
         ("EDDYQ_REINDEX_INDEXES", " a , b, ", "REINDEX_INDEXES", ("a", "b")),
         ("EDDYQ_REINDEX_INDEXES", "", "REINDEX_INDEXES", ()),
+        ("EDDYQ_TASK_MODULES", "app.jobs, b.tasks", "TASK_MODULES", ("app.jobs", "b.tasks")),
         ("EDDYQ_LEADER_LEASE", "1m", "LEADER_LEASE", timedelta(minutes=1)),
         ("EDDYQ_LEADER_RENEW_INTERVAL", "5s", "LEADER_RENEW_INTERVAL", timedelta(seconds=5)),
     ],

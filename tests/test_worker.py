@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,8 +18,8 @@ from django.test import override_settings
 from demo.models import Execution
 from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
-from django_eddyq.worker import Worker
-from django_eddyq.worker.passes import Pass
+from django_eddyq.worker import Worker, passes
+from django_eddyq.worker.passes import Pass, run_pass
 from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
@@ -77,10 +78,12 @@ def test_async_handlers_run_on_the_event_loop(run_burst_worker: RunWorker) -> No
     assert (stored.state, stored.result) == (Job.State.COMPLETED, 42)
 
 
-def test_a_plain_function_path_runs(run_burst_worker: RunWorker) -> None:
-    job = Job.objects.create(task="tests.jobs.plain_function", args=[21])
+def test_a_plain_function_is_not_a_task(run_burst_worker: RunWorker) -> None:
+    job = Job.objects.create(task="tests.jobs.plain_function", args=[21], max_attempts=1)
     run_burst_worker()
-    assert refreshed(job).result == 42
+    stored = refreshed(job)
+    assert (stored.state, stored.result) == (Job.State.FAILED, None)
+    assert "'tests.jobs.plain_function' is not a registered task" in stored.errors[0]["error"]
 
 
 def test_claims_in_priority_then_run_at_order(run_burst_worker: RunWorker) -> None:
@@ -191,10 +194,10 @@ def test_unknown_task_is_a_failed_attempt_naming_the_path(run_burst_worker: RunW
     run_burst_worker()
     first, second = refreshed(missing_module), refreshed(missing_function)
     assert first.state == Job.State.FAILED
-    assert "cannot import task 'no.such.module.task'" in first.errors[0]["error"]
+    assert "'no.such.module.task' is not a registered task" in first.errors[0]["error"]
     assert second.state == Job.State.RETRYABLE
     assert second.errors[0]["error"].startswith(
-        "TaskNotFound: cannot import task 'tests.jobs.no_such_task'"
+        "TaskNotFound: 'tests.jobs.no_such_task' is not a registered task"
     )
 
 
@@ -324,7 +327,12 @@ def test_concurrent_claimers_never_take_the_same_job(fast_settings: None) -> Non
     assert sum(1 for w in workers if w.processed) >= 2
 
 
-def test_stop_hands_back_unfinished_jobs_with_their_attempt(fast_settings: None) -> None:
+def test_stop_leaves_a_started_handler_s_job_to_the_rescuer(
+    fast_settings: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job whose sync handler still runs at the shutdown deadline is not handed back: it could
+    start elsewhere while its handler runs on here, and a job that always overruns would never
+    spend its attempts. It stays running under its lease, for the rescuer."""
     quick = jobs.add.enqueue(1, 1)
     slow = jobs.nap.enqueue(3)
     worker = Worker(concurrency=2, shutdown_timeout=0.3)
@@ -343,10 +351,10 @@ def test_stop_hands_back_unfinished_jobs_with_their_attempt(fast_settings: None)
     assert not thread.is_alive()
     assert refreshed(quick).state == Job.State.COMPLETED
     stored = refreshed(slow)
-    assert stored.state == Job.State.AVAILABLE
-    assert stored.attempt == 0
-    assert stored.locked_by is None and stored.locked_until is None
+    assert (stored.state, stored.attempt, stored.locked_by) == (Job.State.RUNNING, 1, worker.id)
     assert stored.errors == []
+    assert worker.abandoned == [slow.pk]
+    assert f"eddyq job {slow.pk} (tests.jobs.nap) still runs" in caplog.text
 
 
 def test_a_starting_worker_rescues_stale_jobs_first(run_burst_worker: RunWorker) -> None:
@@ -395,16 +403,15 @@ def test_a_base_exception_is_a_failed_attempt_not_a_dead_thread(
     assert refreshed(after).result == 4
 
 
-def test_a_task_module_that_fails_to_import_fails_the_job_not_the_worker(
-    run_burst_worker: RunWorker,
-) -> None:
+def test_a_row_naming_a_module_imports_nothing(run_burst_worker: RunWorker) -> None:
     broken = Job.objects.create(task="tests.broken_tasks.anything", max_attempts=1)
     after = jobs.add.enqueue(1, 1)
     run_burst_worker(concurrency=1)
     stored = refreshed(broken)
     assert stored.state == Job.State.FAILED
-    assert "RuntimeError('this module cannot be imported')" in stored.errors[0]["error"]
+    assert "'tests.broken_tasks.anything' is not a registered task" in stored.errors[0]["error"]
     assert stored.errors[0]["worker"]
+    assert "tests.broken_tasks" not in sys.modules
     assert refreshed(after).state == Job.State.COMPLETED
 
 
@@ -508,3 +515,62 @@ def test_a_job_claimed_ahead_that_waits_too_long_goes_back_to_the_queue(
         # a while of nothing happening is the check.
         time.sleep(0.5)
         assert all_available(waiting)
+
+
+def test_jobs_claimed_by_a_pass_whose_reply_was_lost_go_back_unspent(
+    fast_settings: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pass can commit and its connection break before its results arrive: the worker never
+    learns which jobs it claimed. Once it has reconnected, it hands back every job running
+    under its id that it does not run, the attempt given back, rather than leave them to the
+    rescuer, which would spend that attempt (a Django task's only one)."""
+    lost = [jobs.add.using(max_attempts=1).enqueue(n, n) for n in range(3)]
+    worker = Worker(concurrency=4, burst=True, maintenance=False)
+    connect = passes.connect
+    connections_made: list[Any] = []
+
+    def connect_and_lose_the_first_reply() -> Any:
+        made = connect()
+        if not connections_made:
+            # This worker's claim commits, and its connection breaks before the reply.
+            run_pass(
+                made,
+                Pass(outcomes=[], renew=[], promote=False, claim=3, touch=[]),
+                worker_id=worker.id,
+                lease_seconds=60.0,
+                queues=None,
+            )
+            made.close()
+        connections_made.append(made)
+        return made
+
+    monkeypatch.setattr(passes, "connect", connect_and_lose_the_first_reply)
+    worker.run()
+    assert len(connections_made) == 2  # it reconnected
+    for job in lost:
+        stored = refreshed(job)
+        assert (stored.state, stored.attempt, stored.errors) == (Job.State.COMPLETED, 1, [])
+        assert f"job {job.pk} was claimed by a pass whose reply was lost" in caplog.text
+
+
+def test_a_handler_whose_lease_was_lost_is_asked_to_stop(fast_settings: None) -> None:
+    job = jobs.fails_when_cancelled.enqueue()
+    worker = Worker(concurrency=1, burst=True, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: bool(worker._running) and refreshed(job).state == Job.State.RUNNING, 5)
+        # Rescued meanwhile (its lease expired): the job is not this worker's any more.
+        Job.objects.filter(pk=job.pk).update(
+            state=Job.State.RETRYABLE, locked_by=None, locked_until=None
+        )
+        running = worker._running[job.pk]
+        # At the next heartbeat, its handler sees cancel_requested() and stops, freeing its
+        # slot: the burst worker ends well before the handler's 30 seconds.
+        thread.join(5)
+        assert not thread.is_alive()
+        assert running.cancel.requested
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert refreshed(job).state == Job.State.RETRYABLE  # its late outcome was not written

@@ -9,8 +9,10 @@ import sys
 import time
 
 import pytest
+from django.db.models.functions import Now
 
 from demo.models import Execution
+from django_eddyq.maintenance import Rescuer
 from django_eddyq.models import Job
 from tests import jobs
 from tests.processes import MANAGE, StartWorker, children_of, wait_for
@@ -43,7 +45,9 @@ def test_two_processes_never_run_the_same_job(start_worker: StartWorker) -> None
     assert Job.objects.exclude(state=Job.State.COMPLETED).count() == 0
 
 
-def test_sigterm_lets_jobs_finish_then_hands_back_the_rest(start_worker: StartWorker) -> None:
+def test_sigterm_lets_jobs_finish_and_leaves_one_still_running_to_the_rescuer(
+    start_worker: StartWorker,
+) -> None:
     process = start_worker("--concurrency", "4", "--shutdown-timeout", "1.5")
     short = jobs.sleep.enqueue(0.5, "short")
     long = jobs.nap.enqueue(60)
@@ -54,10 +58,15 @@ def test_sigterm_lets_jobs_finish_then_hands_back_the_rest(start_worker: StartWo
     assert process.wait(20) == 0
     assert time.monotonic() - started < 5
 
-    assert states(short, long) == ["completed", "available"]
-    handed_back = Job.objects.get(pk=long.pk)
-    assert handed_back.attempt == 0
-    assert handed_back.locked_by is None and handed_back.locked_until is None
+    # Its handler was still running: the job keeps its attempt and its lease, and once the
+    # lease has expired (the process long gone), the rescuer retries it.
+    assert states(short, long) == ["completed", "running"]
+    left = Job.objects.get(pk=long.pk)
+    assert left.attempt == 1 and left.locked_by and left.locked_until
+    wait_for(lambda: Job.objects.filter(pk=long.pk, locked_until__lt=Now()).exists())
+    assert Rescuer().run_once() == 1
+    rescued = Job.objects.get(pk=long.pk)
+    assert (rescued.state, rescued.errors[0]["rescued_from"]) == ("retryable", left.locked_by)
 
 
 def test_a_second_signal_exits_at_once_with_status_one(start_worker: StartWorker) -> None:

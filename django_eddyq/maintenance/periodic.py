@@ -10,9 +10,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
-from django.utils.module_loading import import_string
 
-from django_eddyq import sql
+from django_eddyq import registry, sql
 from django_eddyq.arguments import normalize_arguments
 from django_eddyq.base import (
     SCHEDULED_TASKS,
@@ -58,8 +57,8 @@ class PeriodicJob:
         if not isinstance(task, str) or not task:
             raise ValueError(f'{where}["task"] must be the dotted path of a task')
         args, kwargs = options.get("args", ()), options.get("kwargs", {})
-        declared = _declared_task(task)
         try:
+            declared = _declared_task(task)
             normal_args, normal_kwargs = normalize_arguments(args, kwargs)  # type: ignore[arg-type]
             job = cls(
                 name=name,
@@ -82,7 +81,7 @@ class PeriodicJob:
                 retention=declared.retention if declared else None,
             )
             job.zone()
-        except (TypeError, ValueError, KeyError) as error:
+        except (TypeError, ValueError, LookupError) as error:
             raise ValueError(f"{where}: {error}") from error
         return job
 
@@ -107,11 +106,9 @@ class PeriodicJob:
 
 
 def _declared_task(path: str) -> Task[..., Any] | None:
-    """The ``@task`` at ``path``, whose options are a schedule's defaults; None otherwise."""
-    try:
-        found = import_string(path)
-    except Exception:
-        return None  # a module that fails to import is reported by system check E008
+    """The ``@task`` registered as ``path``, whose options are a schedule's defaults; None for a
+    Django task. ``TaskNotFound`` (a ``LookupError``) if no task is registered as ``path``."""
+    found = registry.lookup(path).task
     return found if isinstance(found, Task) else None
 
 

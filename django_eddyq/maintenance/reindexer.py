@@ -28,8 +28,9 @@ class Reindexer(Service):
 
     One index at a time, to spare the database; each first loses the invalid leftovers of an
     interrupted concurrent rebuild of it, and an index some other session is building on the
-    jobs table right now is left alone. The loop never rebuilds on start: it waits for the
-    schedule's next time by the database's clock, looking again at least every
+    jobs table right now is left alone. Its passes are fenced by the leader lease like every
+    service's (see ``run_once`` for the rebuild itself). The loop never rebuilds on start: it
+    waits for the schedule's next time by the database's clock, looking again at least every
     ``longest_wait`` seconds so a changed clock or schedule is noticed.
     """
 
@@ -79,12 +80,7 @@ class Reindexer(Service):
             return 0
         # Aimed at the next time first: a failing rebuild waits for it rather than repeating.
         self._due = self.next_time(schedule, now)
-        if not self.may_run():
-            return 0
-        count = self.run_once()
-        if count:
-            logger.info("eddyq %s: %d %s", self.name, count, self.verb)
-        return count
+        return self.fenced_pass(self.run_once)
 
     def next_delay(self, interval: float) -> float:
         if self._due is None:
@@ -109,12 +105,29 @@ class Reindexer(Service):
         for name in eddyq_settings.REINDEX_INDEXES:
             if self.stopping:
                 break
-            for statement in self.plan(name):
-                logger.info("eddyq %s: %s", self.name, statement)
-                with self.cursor() as cursor:
-                    cursor.execute(statement)
+            statements = self.plan(name)
+            if not statements:
+                continue
+            *drops, rebuild = statements
+            for statement in drops:
+                self._run(statement)
                 done += 1
+            # A rebuild may take longer than the lease left when it starts, so it has no
+            # statement timeout: a watchdog cancels it once this process stops holding the
+            # lease. A process paused mid-rebuild cannot cancel it, and it runs on beside the
+            # next leader; that is safe because REINDEX CONCURRENTLY changes no row and holds
+            # eddyq_jobs' SHARE UPDATE EXCLUSIVE lock to its end, which every other rebuild and
+            # drop of its indexes waits for, and because plan() leaves an index alone while any
+            # build on the table is under way.
+            with self.lease_watched():
+                self._run(rebuild)
+            done += 1
         return done
+
+    def _run(self, statement: str) -> None:
+        logger.info("eddyq %s: %s", self.name, statement)
+        with self.cursor() as cursor:
+            cursor.execute(statement)
 
     def planned(self, now: datetime | None = None) -> list[str]:
         """The statements a pass would run now, in order, without running them: a dry run.

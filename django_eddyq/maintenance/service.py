@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,9 @@ from django_eddyq.conf import eddyq_settings
 from django_eddyq.lifecycle import Loop
 
 logger = logging.getLogger("django_eddyq")
+
+# How often a watchdog (``Service.lease_watched``) looks at the lease.
+WATCHDOG_SECONDS = 0.1
 
 
 class LeaseExpired(Exception):
@@ -47,6 +51,8 @@ class Service(Loop):
         self.lease_left: Callable[[], float] = lambda: math.inf
         # The worker id of the elector that runs it, for the logs.
         self.leader_id = ""
+        # Set while lease_watched() guards the statements instead of the statement timeout.
+        self._watched = threading.Event()
 
     def interval(self) -> float | None:
         value = getattr(eddyq_settings, self.interval_setting)
@@ -59,14 +65,20 @@ class Service(Loop):
         return self.lease_left() > 0
 
     def loop_pass(self) -> int:
-        """A pass as the loop runs it: skipped unless this process may run maintenance, and
-        fenced by the lease (see ``_fence``); a pass the fence cuts short is a WARNING."""
+        """A pass as the loop runs it: ``fenced_pass(self.run_once)``."""
+        return self.fenced_pass(self.run_once)
+
+    def fenced_pass(self, run: Callable[[], int]) -> int:
+        """Run ``run()`` as a pass: skipped unless this process may run maintenance, each of its
+        statements fenced by the lease (see ``_fence``); a pass the fence cuts short is a
+        WARNING. A pass that ends under the lease logs its leader and its time window, at
+        DEBUG: what an audit of "never two leaders" reads."""
         if not self.may_run():
             return 0
         started = time.time()
         try:
             with connections[eddyq_settings.DATABASE].execute_wrapper(self._fence):
-                count = self.run_once()
+                count = run()
         except (LeaseExpired, DatabaseError) as error:
             if self.may_run():
                 raise
@@ -79,7 +91,11 @@ class Service(Loop):
             return 0
         if count:
             logger.info("eddyq %s: %d %s", self.name, count, self.verb)
-        # Each pass's leader and time window: what an audit of "never two leaders" reads.
+        if not self.may_run():
+            # Paused past its lease after its last statement: what it did was under the lease,
+            # but its window would claim time the next leader may have had.
+            logger.warning("eddyq %s: pass ended after the leader lease ran out", self.name)
+            return count
         logger.debug(
             "eddyq %s: pass by leader %s from %.6f to %.6f",
             self.name,
@@ -98,21 +114,63 @@ class Service(Loop):
         while its statement waits on a lock would go on, once resumed, beside the next leader.
         The server cancels such a statement, and ends a session idle in a transaction, when
         this process's hold on the lease ends, which is a renew interval before the lease can
-        expire in the database.
+        expire in the database. A statement run under ``lease_watched()`` has no statement
+        timeout: its watchdog cancels it instead. The timeouts never outlive the statement:
+        local to the transaction inside one, put back after it in autocommit.
         """
         left = self.lease_left()
         if left <= 0:
             raise LeaseExpired("the leader lease ran out before the statement was sent")
-        if math.isfinite(left):
-            # Rounded up: a statement the server cancels must find the lease over here too,
-            # or its error would pass for a failure rather than for the fence.
-            statement_ms = math.ceil(left * 1000)
-            # Between the statements of a pass, Python takes milliseconds, not a renew interval.
-            idle_ms = math.ceil(
-                min(left, eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds()) * 1000
-            )
-            context["cursor"].cursor.execute(sql.FENCE_TIMEOUTS, [str(statement_ms), str(idle_ms)])
-        return execute(statement, params, many, context)
+        if not math.isfinite(left):
+            return execute(statement, params, many, context)
+        # Rounded up: a statement the server cancels must find the lease over here too, or its
+        # error would pass for a failure rather than for the fence.
+        statement_ms = "0" if self._watched.is_set() else str(math.ceil(left * 1000))
+        # Between the statements of a pass, Python takes milliseconds, not a renew interval.
+        idle_ms = str(
+            math.ceil(min(left, eddyq_settings.LEADER_RENEW_INTERVAL.total_seconds()) * 1000)
+        )
+        django_connection = context["connection"]
+        local = not django_connection.get_autocommit()
+        raw = django_connection.connection
+        with raw.cursor() as cursor:
+            cursor.execute(sql.FENCE_TIMEOUTS, [statement_ms, local, idle_ms, local])
+            prior_statement_ms, prior_idle_ms, *_ = cursor.fetchone()
+        if local:
+            return execute(statement, params, many, context)
+        try:
+            return execute(statement, params, many, context)
+        finally:
+            with raw.cursor() as cursor:
+                cursor.execute(sql.RESTORE_TIMEOUTS, [prior_statement_ms, prior_idle_ms])
+
+    @contextmanager
+    def lease_watched(self) -> Iterator[None]:
+        """Run the block's statements (one that may rightly outlast the lease left when it
+        starts, like a REINDEX) without a statement timeout, under a watchdog that cancels
+        the statement under way as soon as this process no longer holds the lease or the
+        service stops. The watchdog is this process's: for a process that is paused, the
+        statement runs on, and the caller must say why that is safe."""
+        connection = connections[eddyq_settings.DATABASE]
+        connection.ensure_connection()
+        raw = connection.connection
+        ended = threading.Event()
+
+        def watch() -> None:
+            while not ended.wait(WATCHDOG_SECONDS):
+                if self.lease_left() <= 0 or self.stopping:
+                    raw.cancel_safe()
+                    return
+
+        watchdog = threading.Thread(target=watch, name=f"eddyq-{self.name}-watchdog", daemon=True)
+        self._watched.set()
+        watchdog.start()
+        try:
+            yield
+        finally:
+            self._watched.clear()
+            ended.set()
+            watchdog.join()
 
     def on_notification(self, _payload: str) -> None:
         self.wake()

@@ -7,22 +7,31 @@ import dataclasses
 import logging
 import traceback
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from django_eddyq.arguments import dumps, normalize_json
-from django_eddyq.exceptions import Discard, MalformedJob, Snooze
+from django_eddyq.arguments import dumps, loads, normalize_json, storable_text
+from django_eddyq.durations import delay_seconds
+from django_eddyq.exceptions import Discard, MalformedJob, OutcomeNotStored, Snooze
 from django_eddyq.handlers import Attempt, Handler, retry_delay
 
 logger = logging.getLogger("django_eddyq")
 
 
+# What an error entry keeps of a message and of a traceback, in characters.
+ERROR_TEXT_LIMIT = 10_000
+TRACEBACK_LIMIT = 100_000
+
+
 @dataclasses.dataclass(slots=True)
 class ClaimedJob:
-    """A job this worker holds the lease of, as the claim returned it."""
+    """A job this worker holds the lease of, as the claim returned it.
+
+    ``problem`` says why the row cannot run (its JSON unreadable, or of the wrong kind); such a
+    job fails as soon as it is claimed, without reaching a handler.
+    """
 
     id: int
     task: str
@@ -30,12 +39,66 @@ class ClaimedJob:
     kwargs: dict[str, Any]
     queue: str
     priority: int
-    run_at: datetime
+    due: float  # run_at, in seconds since the epoch (infinite for a row that says so)
     attempt: int
     max_attempts: int
-    attempted_at: datetime
     batch_id: int | None
     metadata: dict[str, Any]
+    problem: str | None = None
+
+
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def claimed_job(row: Sequence[Any]) -> ClaimedJob:
+    """A row of the claim as a job. Its JSON columns come as text and are read here, each row
+    on its own: a row that cannot be read fails its own job, never the claim that took it."""
+    job_id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch, metadata = row
+    try:
+        parsed = loads(args), loads(kwargs), loads(metadata)
+    except Exception:  # bad JSON, an integer of too many digits, deep nesting: see which
+        parsed = None
+    if parsed is not None:
+        parsed_args, parsed_kwargs, parsed_metadata = parsed
+        if (
+            type(parsed_args) is list
+            and type(parsed_kwargs) is dict
+            and type(parsed_metadata) is dict
+        ):
+            return ClaimedJob(
+                job_id,
+                task,
+                parsed_args,
+                parsed_kwargs,
+                queue,
+                priority,
+                due,
+                attempt,
+                max_attempts,
+                batch,
+                parsed_metadata,
+            )
+    job = ClaimedJob(job_id, task, [], {}, queue, priority, due, attempt, max_attempts, batch, {})
+    job.problem = _problem(
+        job_id, (("args", args, list), ("kwargs", kwargs, dict), ("metadata", metadata, dict))
+    )
+    return job
+
+
+def _problem(job_id: int, columns: Sequence[tuple[str, str, type]]) -> str:
+    """What is wrong with the first of ``columns`` (name, JSON text, wanted type) that is."""
+    for column, text, wanted in columns:
+        try:
+            value = loads(text)
+        except Exception as error:
+            return f"the stored {column} of job {job_id} cannot be read: {error!r}"
+        if type(value) is not wanted:
+            found = "null" if value is None else JSON_TYPES.get(type(value), "a number")
+            return (
+                f"the stored {column} of job {job_id} are malformed: {found}, not "
+                f"{JSON_TYPES[wanted]}"
+            )
+    raise AssertionError("no column is wrong")
 
 
 @dataclasses.dataclass(slots=True)
@@ -78,12 +141,22 @@ def outcome_records(outcomes: Sequence[Outcome]) -> str:
 
 
 def error_entry(job: ClaimedJob, error: BaseException) -> dict[str, Any]:
+    """The error entry of an attempt that ended with ``error``: whatever the exception holds
+    (a message that fails to render, NUL, megabytes), text the jobs table can store."""
     kind = type(error)
+    try:
+        message = str(error)
+    except Exception:
+        message = f"<str() of the {kind.__name__} raised>"
+    try:
+        trace = "".join(traceback.format_exception(error))
+    except Exception:
+        trace = ""
     return {
         "attempt": job.attempt,
-        "error": f"{kind.__name__}: {error}",
-        "exception_class": f"{kind.__module__}.{kind.__qualname__}",
-        "traceback": "".join(traceback.format_exception(error)),
+        "error": storable_text(f"{kind.__name__}: {message}", ERROR_TEXT_LIMIT),
+        "exception_class": storable_text(f"{kind.__module__}.{kind.__qualname__}", 1_000),
+        "traceback": storable_text(trace, TRACEBACK_LIMIT),
     }
 
 
@@ -106,23 +179,24 @@ def cancelled(outcome: Outcome) -> Outcome:
 
 
 def returned(job: ClaimedJob) -> Outcome:
-    """Handed back unfinished at shutdown: available again, the attempt not counted."""
+    """Handed back unstarted (or interrupted by the worker itself): available again, the
+    attempt not counted."""
     return Outcome(job, "available", attempt_given_back=1)
 
 
-JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+def malformed(job: ClaimedJob) -> Outcome:
+    """A row that cannot run (``job.problem``) fails for good: another attempt would read the
+    same row again."""
+    return Outcome(job, "failed", error=error_entry(job, MalformedJob(job.problem)))
 
 
-def check_stored_arguments(job: ClaimedJob) -> None:
-    """Raise ``MalformedJob`` if the row's args are not a JSON array or its kwargs not an
-    object, rather than let the call spread a string or an object's keys into arguments."""
-    for column, value, wanted in (("args", job.args, list), ("kwargs", job.kwargs, dict)):
-        if type(value) is not wanted:
-            found = "null" if value is None else JSON_TYPES.get(type(value), "a number")
-            raise MalformedJob(
-                f"the stored {column} of job {job.id} are malformed: {found}, not "
-                f"{JSON_TYPES[wanted]}"
-            )
+def not_stored(outcome: Outcome, error: BaseException) -> Outcome:
+    """What replaces an outcome the database refused: the job fails for good, saying why."""
+    refused = OutcomeNotStored(
+        f"the outcome of attempt {outcome.job.attempt} ({outcome.state}) could not be stored: "
+        f"{type(error).__name__}: {error}"
+    )
+    return Outcome(outcome.job, "failed", error=error_entry(outcome.job, refused))
 
 
 def _settle(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
@@ -135,7 +209,12 @@ def _settle(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
 
 def _steer(job: ClaimedJob, handler: Handler | None, error: BaseException) -> Outcome:
     if isinstance(error, Snooze):
-        return Outcome(job, "scheduled", delay=error.seconds, attempt_given_back=1)
+        try:
+            # Checked again: a subclass of Snooze may set its delay without its checks.
+            delay = delay_seconds(error.seconds, name="Snooze")
+        except Exception as invalid:
+            return failure(job, handler, invalid)
+        return Outcome(job, "scheduled", delay=delay, attempt_given_back=1)
     if isinstance(error, Discard):
         return Outcome(job, "failed", error=error_entry(job, error))
     return failure(job, handler, error)
@@ -151,7 +230,6 @@ def run_sync(job: ClaimedJob, handler: Handler, connections_checked: bool = Fals
     try:
         if not connections_checked:
             close_old_connections()
-        check_stored_arguments(job)
         if handler.hooks is not None:
             return _run_hooked(job, handler, handler.hooks.begin(job))
         value = handler.func(*job.args, **job.kwargs)
@@ -171,7 +249,6 @@ async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
     deadline = asyncio.timeout(handler.timeout)
     try:
         await sync_to_async(close_old_connections)()
-        check_stored_arguments(job)
         if handler.hooks is not None:
             attempt = await handler.hooks.abegin(job)
             outcome = await _call_async(job, handler, deadline, attempt.args, attempt.kwargs)

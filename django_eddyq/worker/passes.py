@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from psycopg.types.string import TextLoader
 
-from django_eddyq import sql
+from django_eddyq import db, sql
 from django_eddyq.batches import complete_batches
-from django_eddyq.worker.execution import ClaimedJob, Outcome, outcome_records
+from django_eddyq.worker.execution import ClaimedJob, Outcome, claimed_job, outcome_records
 
 TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 # How many due jobs a burst worker promotes per pass.
@@ -49,6 +50,15 @@ class Pass:
 
     def is_empty(self) -> bool:
         return not (self.outcomes or self.renew or self.claim or self.touch)
+
+
+def connect() -> psycopg.Connection[tuple[Any, ...]]:
+    """The worker's own connection for its passes. It reads jsonb as text: the claim reads each
+    row's JSON itself (``execution.claimed_job``), so that a row that cannot be read fails
+    alone, after the claim has been read in full."""
+    connection = db.connect()
+    connection.adapters.register_loader("jsonb", TextLoader)
+    return connection
 
 
 def run_pass(
@@ -106,11 +116,11 @@ def run_pass(
     if promote is not None:
         planned.changed += int(promote.fetchall()[0][0])
     if claim is not None:
-        planned.claimed = sorted((ClaimedJob(*row) for row in claim.fetchall()), key=_order)
+        planned.claimed = sorted(map(claimed_job, claim.fetchall()), key=_order)
         planned.changed += len(planned.claimed)
     return planned
 
 
-def _order(job: ClaimedJob) -> tuple[int, Any, int]:
+def _order(job: ClaimedJob) -> tuple[int, float, int]:
     """The claim's order: the statement returns its rows in whatever order it updated them."""
-    return (-job.priority, job.run_at, job.id)
+    return (-job.priority, job.due, job.id)

@@ -21,24 +21,27 @@ from typing import Any, NoReturn
 
 import psycopg
 from django.db import connections
-from django.utils.module_loading import autodiscover_modules
 
-from django_eddyq import db, sql
+from django_eddyq import registry, sql
 from django_eddyq.base import validate_queue_name
+from django_eddyq.batches import complete_batches
 from django_eddyq.cancellation import CancelFlag, current_flag
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
 from django_eddyq.exceptions import TaskNotFound
-from django_eddyq.handlers import Handler, resolve
-from django_eddyq.lifecycle import Loop
+from django_eddyq.handlers import Handler
+from django_eddyq.lifecycle import DATABASE_UNREACHABLE, Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
 from django_eddyq.producer import due_for_touch
+from django_eddyq.worker import passes
 from django_eddyq.worker.execution import (
     ClaimedJob,
     Outcome,
     cancelled,
     failure,
+    malformed,
+    not_stored,
     returned,
     run_async,
     run_sync,
@@ -95,6 +98,7 @@ class RunningJob:
     stuck_logged: bool = False  # still running past its timeout and the grace: said once
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
     started_at: float | None = None  # time.monotonic() when a handler thread started it
+    interrupted: bool = False  # cancelled by the worker's own stop: handed back once it ends
 
 
 class Worker(Loop):
@@ -163,15 +167,21 @@ class Worker(Loop):
         # Timed out, their outcome decided, but their handler has not returned: each still
         # holds its slot.
         self._overrun: set[RunningJob] = set()
+        # Jobs whose outcome the database refused to store in any form: never handed back
+        # (their handler ran), they wait for their lease to expire.
+        self._left_to_rescuer: set[int] = set()
         self.processed = 0
         # 0, or STUCK_EXIT_CODE once the worker gave up because every slot was stuck: the
         # process should exit with it (see run_in_this_process), to be replaced.
         self.exit_code = 0
+        # The jobs whose handlers were still running when the worker stopped, left to the
+        # rescuer: their process must end at once (see run_in_this_process).
+        self.abandoned: list[int] = []
 
     # Lifecycle.
     def on_start(self) -> None:
-        autodiscover_modules("tasks")
-        self._connection = db.connect()
+        registry.discover()
+        self._connection = passes.connect()
         if eddyq_settings.RECOVER_STALE_ON_START:
             self._recover_stale()
         listener = Listener() if eddyq_settings.LISTEN_NOTIFY else None
@@ -277,8 +287,16 @@ class Worker(Loop):
             while True:
                 try:
                     self.run_once()
-                except psycopg.OperationalError as error:
+                except DATABASE_UNREACHABLE as error:
                     self._reconnect(error)
+                    continue
+                except Exception:
+                    # A pass that fails is handled where it ends (_committed_pass): this is a
+                    # fault of the worker's own, which must not end it either.
+                    logger.exception("eddyq worker %s: its loop failed; going on", self.id)
+                    if self._past_drain_deadline():
+                        break
+                    self.wait(self.interval())
                     continue
                 if not self.stopping:
                     stuck = self._stuck_handlers()
@@ -323,17 +341,25 @@ class Worker(Loop):
         return done.changed
 
     def _committed_pass(self) -> Pass | None:
-        """The pass in flight, if it has committed (its error, if it failed)."""
+        """The pass in flight, if it has committed; a connection error if it was lost.
+
+        A pass that failed for any other reason (a value the database refused) is dealt with
+        here, and None returned: see ``_recover_from``.
+        """
         if self._in_flight is None or not self._in_flight[1].done():
             return None
         planned, result = self._in_flight
         self._in_flight = None
         try:
             done = result.result()
-        except BaseException:
-            # Not written: the outcomes go in the next pass.
+        except DATABASE_UNREACHABLE:
+            # Not written, or written without a reply: the outcomes go in the next pass, whose
+            # fence stores each at most once.
             self._to_write[:0] = planned.outcomes
             raise
+        except Exception as error:
+            self._recover_from(planned, error)
+            return None
         # What the next plan must know at once; the rest waits for _act_on.
         self._busy_slots += len(done.claimed)
         if done.claim:
@@ -341,6 +367,84 @@ class Worker(Loop):
             if not self._claim_more:
                 self._next_poll = time.monotonic() + self.interval()
         return done
+
+    def _recover_from(self, failed: Pass, error: Exception) -> None:
+        """After a pass that failed for a reason other than the connection, and so wrote
+        nothing: its outcomes are written one at a time, so that only a job whose outcome the
+        database refuses fails (saying why), and the rest of the pass runs again later."""
+        logger.error(
+            "eddyq worker %s: a pass failed (%s: %s); writing its %d outcomes one at a time",
+            self.id,
+            type(error).__name__,
+            error,
+            len(failed.outcomes),
+            exc_info=error,
+        )
+        for index, outcome in enumerate(failed.outcomes):
+            try:
+                self._write_alone(outcome)
+            except DATABASE_UNREACHABLE:
+                self._to_write[:0] = failed.outcomes[index:]
+                raise
+        if failed.renew:
+            self._next_heartbeat = 0.0
+        self._queues_to_touch.extend(failed.touch)
+        if failed.claim:
+            # The claim waits for the poll interval, lest a claim that fails fail in a loop.
+            self._claim_more = False
+            self._next_poll = time.monotonic() + self.interval()
+            # Its results may have failed after it committed.
+            self._hand_back_strays()
+
+    def _write_alone(self, outcome: Outcome) -> None:
+        """Write ``outcome`` in a pass of its own; if the database refuses it, fail its job with
+        an error entry saying why; if even that is refused, leave the job to the rescuer."""
+        try:
+            self._act_on(self._run_pass(_writing(outcome)))
+            return
+        except DATABASE_UNREACHABLE:
+            raise
+        except Exception as error:
+            set_aside = not_stored(outcome, error)
+        try:
+            self._act_on(self._run_pass(_writing(set_aside)))
+        except DATABASE_UNREACHABLE:
+            raise
+        except Exception:
+            job = outcome.job
+            logger.exception(
+                "eddyq job %s (%s): neither its outcome nor its failure could be stored; "
+                "its lease is no longer renewed, and the rescuer will take it",
+                job.id,
+                job.task,
+            )
+            self._running.pop(job.id, None)
+            self._left_to_rescuer.add(job.id)
+
+    def _hand_back_strays(self) -> None:
+        """Jobs running under this worker's id that it does not know of (claimed by a pass
+        whose reply never came) go back, their attempt given back."""
+        assert self._connection is not None
+        known = [
+            *self._running,
+            *(outcome.job.id for outcome in self._to_write),
+            *self._left_to_rescuer,
+        ]
+        with self._connection.transaction():
+            rows = self._connection.execute(
+                sql.HAND_BACK_STRAYS, {"worker_id": self.id, "known": known}
+            ).fetchall()
+            ended = {batch for _id, state, batch, _ in rows if batch and state != "available"}
+            if ended:
+                with self._connection.cursor() as cursor:
+                    complete_batches(cursor, sorted(ended))
+        for job_id, state, _batch, _notified in rows:
+            logger.warning(
+                "eddyq worker %s: job %s was claimed by a pass whose reply was lost; %s",
+                self.id,
+                job_id,
+                "handed back" if state == "available" else "cancelled, as was asked",
+            )
 
     def _plan(self) -> Pass | None:
         """The next pass: what finished, a heartbeat when due, a claim when there is room."""
@@ -455,6 +559,9 @@ class Worker(Loop):
                 if running.cancel.requested and outcome.state != "completed":
                     # Cancelled, then it raised (or snoozed): it ends cancelled, not retried.
                     outcome = cancelled(outcome)
+                elif running.interrupted and outcome.state != "completed":
+                    # Cancelled by this worker's stop, and now ended: it goes back unspent.
+                    outcome = returned(running.job)
                 self._to_write.append(outcome)
 
     def _check_deadlines(self) -> None:
@@ -572,9 +679,11 @@ class Worker(Loop):
                     running.job.task,
                 )
                 continue
+            # As for a cancelled job: a handler that checks cancel_requested() stops early.
+            self._request_cancel(running)
             logger.warning(
-                "eddyq job %s (%s) is no longer this worker's: its lease was lost; "
-                "its handler's result will be discarded",
+                "eddyq job %s (%s) is no longer this worker's: its lease was lost; its handler "
+                "is asked to stop, and its result will be discarded",
                 job_id,
                 running.job.task,
             )
@@ -611,20 +720,25 @@ class Worker(Loop):
                 self._run_seconds = None
 
     def _start(self, job: ClaimedJob) -> None:
+        if job.problem is not None:
+            self._fail_at_once(job, malformed(job))
+            return
         try:
-            handler = resolve(job.task)
-        except Exception as error:
-            # Not found, or its module failed to import: this job fails, the worker goes on.
-            if not isinstance(error, TaskNotFound):
-                error = TaskNotFound(f"cannot import task {job.task!r}: {error!r}")
-            running = RunningJob(job, None, None)
-            self._running[job.id] = running
-            self._finished.append((running, failure(job, None, error)))
+            handler = registry.handler(job.task)
+        except TaskNotFound as error:
+            # Retried: during a rolling deploy, a worker with newer code may know the task.
+            self._fail_at_once(job, failure(job, None, error))
             return
         running = RunningJob(job, handler, None)
         self._running[job.id] = running
         self._ready[job.id] = running
         self._work.put(running)
+
+    def _fail_at_once(self, job: ClaimedJob, outcome: Outcome) -> None:
+        """A claimed job that cannot start ends with ``outcome``, as if its handler had run."""
+        running = RunningJob(job, None, None)
+        self._running[job.id] = running
+        self._finished.append((running, outcome))
 
     # Handler side: runs on handler threads and the event loop thread.
     def _handler_thread(self) -> None:
@@ -689,12 +803,16 @@ class Worker(Loop):
             running = self._running.get(job_id)
             if running is None or running.settled or running.cancel.requested:
                 continue
-            running.cancel.requested = True
+            self._request_cancel(running)
             logger.info("eddyq job %s (%s): cancel requested", running.job.id, running.job.task)
-            if running.task is not None and self._event_loop is not None:
-                # Cancel the handler's own task: the CancelledError is raised inside it, and a
-                # handler that catches it and returns anyway still completes.
-                self._event_loop.call_soon_threadsafe(running.task.cancel)
+
+    def _request_cancel(self, running: RunningJob) -> None:
+        """Raise the job's cancel flag; an async handler's task is cancelled too (the
+        CancelledError is raised inside it, and one that catches it and returns anyway
+        still completes)."""
+        running.cancel.requested = True
+        if running.task is not None and self._event_loop is not None:
+            self._event_loop.call_soon_threadsafe(running.task.cancel)
 
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:
@@ -702,34 +820,47 @@ class Worker(Loop):
             self.wake()
 
     def _recover_stale(self) -> None:
-        """One rescue pass over all queues at start-up, leader or not."""
+        """One rescue pass over all queues at start-up, leader or not; one that fails is
+        logged, and the worker starts anyway (the leader's rescuer will try again)."""
         try:
             rescued = Rescuer().run_once()
+        except Exception:
+            logger.exception(
+                "eddyq worker %s: the start-up rescue failed; starting anyway", self.id
+            )
+            return
         finally:
             connections[eddyq_settings.DATABASE].close()
         if rescued:
             logger.info("eddyq worker %s: rescued %d stale jobs at start-up", self.id, rescued)
 
     # Helpers.
-    def _reconnect(self, error: psycopg.OperationalError) -> None:
+    def _reconnect(self, error: Exception) -> None:
         logger.warning("eddyq worker %s lost its database connection: %s", self.id, error)
         wait = RECONNECT_FIRST_SECONDS
         while True:
             if self._connection is not None:
                 self._connection.close()
             try:
-                self._connection = db.connect()
-            except psycopg.OperationalError:
+                self._connection = passes.connect()
+                # The pass whose reply was lost may have claimed jobs this worker never saw.
+                self._hand_back_strays()
+            except DATABASE_UNREACHABLE:
                 if self.stopping and self._past_drain_deadline():
                     raise
                 time.sleep(wait)
                 wait = min(wait * 2, RECONNECT_MAX_SECONDS)
                 continue
+            except Exception:
+                logger.exception("eddyq worker %s: handing back lost claims failed", self.id)
             logger.info("eddyq worker %s reconnected to the database", self.id)
             return
 
     def _hand_back_unfinished(self) -> None:
-        """Jobs still running at shutdown go back to available, their attempt not counted."""
+        """At the end: jobs not yet started go back to available, their attempt not counted;
+        async handlers still running are cancelled, and handed back once they have ended. A
+        sync handler cannot be stopped: its job is left running, for the rescuer to retry
+        once its lease expires (the attempt counted), after this process has ended."""
         if self._in_flight is not None:
             # Only after giving up on stuck handlers: the pass ends, what it claimed goes back.
             wait_until_done([self._in_flight[1]])
@@ -738,16 +869,26 @@ class Worker(Loop):
             except psycopg.Error as error:
                 logger.warning("eddyq worker %s: its last pass failed: %s", self.id, error)
             else:
-                assert done is not None
-                self._act_on(done)
+                if done is not None:
+                    self._act_on(done)
         self._collect_finished()
         self._return_ready()
-        self._to_write.extend(
-            # A job cancelled while it ran ends cancelled, not back in the queue.
-            cancelled(returned(running.job)) if running.cancel.requested else returned(running.job)
-            for running in self._running.values()
-            if not running.settled
-        )
+        self._interrupt_async_handlers()
+        self._collect_finished()
+        for running in self._running.values():
+            if running.settled:
+                continue
+            running.settled = True
+            if running.cancel.requested:
+                self._to_write.append(cancelled(returned(running.job)))
+                continue
+            self.abandoned.append(running.job.id)
+            logger.warning(
+                "eddyq job %s (%s) still runs at the end of the shutdown timeout: left to the "
+                "rescuer, which retries it once its lease expires",
+                running.job.id,
+                running.job.task,
+            )
         for outcome in self._to_write:
             if outcome.state == "available":
                 logger.warning(
@@ -767,6 +908,23 @@ class Worker(Loop):
                 "those jobs when their leases expire",
                 self.id,
             )
+
+    def _interrupt_async_handlers(self) -> None:
+        """Cancel the async handlers still running, and give them a moment to end: each that
+        ends is handed back (see ``_collect_finished``)."""
+        interrupted = [
+            running
+            for running in self._running.values()
+            if not running.settled and running.future is not None
+        ]
+        for running in interrupted:
+            running.interrupted = True
+            assert running.future is not None
+            running.future.cancel()
+        deadline = time.monotonic() + EVENT_LOOP_STOP_SECONDS
+        while time.monotonic() < deadline and not all(running.settled for running in interrupted):
+            self.wait(deadline - time.monotonic())
+            self._collect_finished()
 
     def _idle(self) -> bool:
         return (
@@ -821,9 +979,10 @@ def _seconds_over(running: RunningJob, now: float) -> float:
 
 def run_in_this_process(worker: Worker) -> None:
     """Run ``worker`` as this process's worker: once it gave up on stuck handlers
-    (``Worker.exit_code``), the process ends at once with that status, to be restarted."""
+    (``Worker.exit_code``), or stopped with handlers still running (``Worker.abandoned``), the
+    process ends at once, before any of their jobs can be retried elsewhere."""
     worker.run()
-    if worker.exit_code:
+    if worker.exit_code or worker.abandoned:
         _exit_process(worker.exit_code)
 
 
@@ -842,12 +1001,13 @@ async def _run_async_job(running: RunningJob, run: Coroutine[Any, Any, Outcome])
     return await run
 
 
+def _writing(outcome: Outcome) -> Pass:
+    """A pass that writes ``outcome`` alone."""
+    return Pass(outcomes=[outcome], renew=[], promote=False, claim=0, touch=[])
+
+
 def claim_limit(room: int) -> int:
     """``room`` rounded down to its four leading binary digits (by at most an eighth): the limit
     is part of the claim's text, and this bounds how many texts a worker prepares."""
     drop = max(room.bit_length() - 4, 0)
     return room >> drop << drop
-
-
-def _claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:
-    return (-job.priority, job.run_at, job.id)

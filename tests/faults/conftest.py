@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from django_eddyq import Task
 from django_eddyq.models import Job
 from tests import jobs
 from tests.processes import MANAGE, children_of
@@ -206,9 +207,12 @@ def count_by_state(ids: list[int] | None = None) -> dict[str, int]:
     return counts
 
 
-def enqueue_recorded(durations: list[float], **options: Any) -> list[int]:
-    """Enqueue one ``record_execution`` job per duration; each is given its own id."""
-    task = jobs.record_execution.using(**options)
+def enqueue_recorded(
+    durations: list[float], task: Task[..., Any] = jobs.record_execution, **options: Any
+) -> list[int]:
+    """Enqueue one job of ``task`` (``record_execution`` or a task of the same arguments) per
+    duration; each is given its own id."""
+    task = task.using(**options)
     with transaction.atomic():
         ids = [job.pk for job in task.enqueue_many([(0, seconds) for seconds in durations])]
         with connection.cursor() as cursor:

@@ -74,6 +74,10 @@ def test_killed_and_paused_leaders_never_run_maintenance_alongside_another(
     # milliseconds), so the pauses land between passes. A pause in the middle of a pass is
     # the next test's.
     fault_environment.update(EDDYQ_RESCUE_INTERVAL="2s", EDDYQ_SCHEDULER_INTERVAL="2s")
+    # The reindexer rebuilds an index every second, its passes fenced like the others'.
+    fault_environment.update(
+        EDDYQ_REINDEX_SCHEDULE="* * * * * *", EDDYQ_REINDEX_INDEXES="eddyq_jobs_due_idx"
+    )
     workers = [fleet.start("--concurrency", "1") for _ in range(3)]
     resumed_after: list[float] = []
     for how in ["SIGKILL", "SIGSTOP", "SIGKILL", "SIGSTOP", "SIGSTOP"]:
@@ -103,6 +107,8 @@ def test_killed_and_paused_leaders_never_run_maintenance_alongside_another(
     windows = fleet.pass_windows()
     handovers = sum(a.leader != b.leader for a, b in itertools.pairwise(windows))
     assert handovers >= 5, f"expected 5 handovers of maintenance, saw {handovers}"
+    reindexed_by = {window.leader for window in windows if window.service == "reindexer"}
+    assert len(reindexed_by) >= 3, f"the reindexer ran under {len(reindexed_by)} leaders"
     assert overlaps(windows) == []
     assert max(resumed_after) < TAKEOVER, resumed_after
     with capsys.disabled():

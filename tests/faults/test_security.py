@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -31,8 +34,10 @@ from django.db import connection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from demo.models import Execution
 from django_eddyq.base import validate_queue_name
 from django_eddyq.maintenance import Reindexer
+from django_eddyq.models import Job
 
 PACKAGE = Path(__file__).resolve().parents[2] / "django_eddyq"
 SQL_MODULE = PACKAGE / "sql.py"
@@ -52,7 +57,7 @@ REVIEWED = {
         "sql.JOB_EXPIRED_* or sql.BATCH_EXPIRED formatted with column names and the fixed "
         "terminal states (managers.job_expiries); times and periods are %s parameters"
     ),
-    ("maintenance/reindexer.py", "run_once"): (
+    ("maintenance/reindexer.py", "_run"): (
         "each statement comes from Reindexer.plan(): psycopg.sql.SQL(sql.REINDEX_INDEX or "
         "sql.DROP_LEFTOVER_INDEX).format(index=psycopg.sql.Identifier(schema, name)), with the "
         "names read back from pg_catalog"
@@ -478,3 +483,48 @@ def test_an_index_name_from_the_settings_is_an_identifier_never_sql() -> None:
             assert cursor.fetchone()[0]
     finally:
         create_hostile_index("DROP INDEX IF EXISTS {}")
+
+
+# Only registered tasks run: a writer to the jobs table cannot choose the code.
+
+NOT_TASKS = {
+    "os.system": ["touch {marker}"],
+    "subprocess.run": [["touch", "{marker}"]],
+    "builtins.eval": ["open({marker!r}, 'w').close()"],
+    "builtins.exec": ["open({marker!r}, 'w').close()"],
+    # Through the imports of a tasks module that discovery did import.
+    "demo.tasks.os.system": ["touch {marker}"],
+    # A plain function of an installed app.
+    "django.contrib.auth.get_user_model": [],
+    # A model's manager, through the tasks module that imports the model.
+    "demo.tasks.Execution.objects.create": [],
+    # A plain function beside the tests' tasks.
+    "tests.jobs.plain_function": [21],
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_can_only_run_a_registered_task(
+    run_burst_worker: Callable[..., Any], tmp_path: Path
+) -> None:
+    markers = {path: tmp_path / f"ran-{path}" for path in NOT_TASKS}
+    rows = {
+        path: Job.objects.create(
+            task=path,
+            args=json.loads(json.dumps(args).replace("{marker}", str(markers[path]))),
+            kwargs={"label": "ran", "pid": 1} if path.endswith(".create") else {},
+            max_attempts=1,
+        )
+        for path, args in NOT_TASKS.items()
+    }
+    run_burst_worker()
+    for path, job in rows.items():
+        stored = Job.objects.get(pk=job.pk)
+        assert (stored.state, stored.result) == ("failed", None), path
+        assert stored.errors[0]["error"] == (
+            f"TaskNotFound: {path!r} is not a registered task: declare it with @task (or "
+            "django.tasks' @task with eddyq's backend) in an installed app's tasks module or "
+            'in a module of EDDYQ["TASK_MODULES"]'
+        )
+    assert [marker for marker in markers.values() if marker.exists()] == []
+    assert not Execution.objects.exists()
