@@ -324,14 +324,14 @@ def _prefill(queue: Eddyq, n: int) -> None:
     import psycopg
 
     from benchmarks.noop import noop
-    from django_eddyq import producer
-    from django_eddyq.producer import JobSpec
+    from django_eddyq import enqueue
+    from django_eddyq.enqueue import JobSpec
 
     with psycopg.connect(queue.url, autocommit=True) as connection:
         for start in range(0, n, 10_000):
             specs = [JobSpec.for_task(noop, (), {}) for _ in range(min(10_000, n - start))]
             with connection.cursor() as cursor:
-                producer.insert_jobs(specs, cursor=cursor)
+                enqueue.insert_jobs(specs, cursor=cursor)
 
 
 # Limits -------------------------------------------------------------------------------------------

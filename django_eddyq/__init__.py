@@ -2,9 +2,9 @@
 
 from typing import Any
 
-from django_eddyq.base import Call, Task, task
 from django_eddyq.cancellation import cancel_requested
 from django_eddyq.exceptions import Discard, Snooze
+from django_eddyq.tasks import Call, Task, task
 
 __all__ = [
     "Call",

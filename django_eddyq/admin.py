@@ -42,12 +42,13 @@ from django.utils.translation import ngettext
 
 from django_eddyq import inspection
 from django_eddyq.models import Batch, Job, Queue
+from django_eddyq.retention import job_retention_deadline
+from django_eddyq.vocabulary import TERMINAL_STATES
 
 #: The most jobs (or queues) one action changes: select fewer, or filter more narrowly.
 ACTION_LIMIT = 1000
 #: The first line of the last error, in the list, is cut at this many characters.
 ERROR_LINE_CHARACTERS = 160
-TERMINAL_STATES = sorted(Job.TERMINAL_STATES)
 BIGINT_MAX = 2**63 - 1
 #: ASCII digits only: str.isdigit() passes "²", which int() refuses, and int() reads "١٢٣".
 _DIGITS = re.compile(r"[0-9]+")
@@ -506,7 +507,7 @@ class JobAdmin(EstimatingAdmin):
     def retention_display(self, job: Job) -> str:
         if not job.is_terminal:
             return "—"
-        deadline = inspection.job_retention_deadline(job)
+        deadline = job_retention_deadline(job)
         return str(_("kept forever")) if deadline is None else format_datetime(deadline)
 
     @admin.display(description=_("batch"))
@@ -613,7 +614,7 @@ class JobAdmin(EstimatingAdmin):
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         # Only if it has still ended now (it may have been retried meanwhile).
-        Job.all_objects.filter(pk=obj.pk, state__in=TERMINAL_STATES).delete()
+        Job.all_objects.filter(pk=obj.pk, state__in=list(TERMINAL_STATES)).delete()
 
     def change_view(
         self,
@@ -735,7 +736,7 @@ class JobAdmin(EstimatingAdmin):
             # Locked, and only those still ended: one may have been retried meanwhile.
             locked = (
                 Job.objects.using(queryset.db)
-                .filter(pk__in=[job.pk for job in ended], state__in=TERMINAL_STATES)
+                .filter(pk__in=[job.pk for job in ended], state__in=list(TERMINAL_STATES))
                 .select_for_update()
                 .only("id", "task", "state")
                 .order_by("pk")

@@ -23,8 +23,6 @@ from django.utils import timezone
 
 from django_eddyq import registry
 from django_eddyq.arguments import normalize_arguments
-from django_eddyq.base import Task as EddyqOwnTask
-from django_eddyq.base import parse_retention, validate_queue_name
 from django_eddyq.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -42,12 +40,20 @@ from django_eddyq.compat import (
 )
 from django_eddyq.conf import did_you_mean
 from django_eddyq.durations import MAX_DELAY, parse_duration
+from django_eddyq.enqueue import JobSpec, current_batch, due_time, insert_jobs
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.handlers import Handler
-from django_eddyq.producer import JobSpec, insert_jobs
+from django_eddyq.models import Job
+from django_eddyq.retention import parse_retention
+from django_eddyq.tasks import Task as EddyqOwnTask
+from django_eddyq.vocabulary import (
+    TERMINAL_STATES,
+    JobState,
+    validate_positive_int,
+    validate_queue_name,
+)
 
 if TYPE_CHECKING:
-    from django_eddyq.models import Job
     from django_eddyq.worker.execution import ClaimedJob, Outcome
 
     _TaskBase = Task[..., Any]
@@ -64,15 +70,14 @@ _RESULT_ID = re.compile(r"[1-9][0-9]{0,18}")
 _BIGINT_MAX = 2**63 - 1
 
 STATUS_OF_STATE: Mapping[str, TaskResultStatus] = {
-    "scheduled": TaskResultStatus.READY,
-    "available": TaskResultStatus.READY,
-    "retryable": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "completed": TaskResultStatus.SUCCESSFUL,
-    "failed": TaskResultStatus.FAILED,
-    "cancelled": TaskResultStatus.FAILED,
+    JobState.SCHEDULED: TaskResultStatus.READY,
+    JobState.AVAILABLE: TaskResultStatus.READY,
+    JobState.RETRYABLE: TaskResultStatus.READY,
+    JobState.RUNNING: TaskResultStatus.RUNNING,
+    JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    JobState.FAILED: TaskResultStatus.FAILED,
+    JobState.CANCELLED: TaskResultStatus.FAILED,
 }
-_TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,7 +97,7 @@ class EddyqTask(_TaskBase):
     def __post_init__(self) -> None:
         try:
             if self.max_attempts is not None:
-                _positive_int(self.max_attempts, "max_attempts")
+                validate_positive_int(self.max_attempts, "max_attempts")
             if self.timeout is not None:
                 object.__setattr__(self, "timeout", parse_duration(self.timeout, name="timeout"))
             if self.retention is not None:
@@ -153,7 +158,7 @@ class EddyqBackend(BaseTaskBackend):
                 hint = did_you_mean(str(name), OPTIONS)
                 raise InvalidTaskBackend(f'{where}["OPTIONS"]: unknown option {name!r}. {hint}')
         try:
-            self.max_attempts = _positive_int(
+            self.max_attempts = validate_positive_int(
                 self.options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
                 f'{where}["OPTIONS"]["MAX_ATTEMPTS"]',
             )
@@ -211,7 +216,7 @@ class EddyqBackend(BaseTaskBackend):
         self, task: Task[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> JobSpec:
         normal_args, normal_kwargs = normalize_arguments(args, kwargs)
-        run_at, delay = _due(task.run_after)
+        run_at, delay = due_time(task.run_after)
         max_attempts = getattr(task, "max_attempts", None)
         retention = getattr(task, "retention", None)
         return JobSpec(
@@ -225,7 +230,7 @@ class EddyqBackend(BaseTaskBackend):
             delay=delay,
             retention=None if retention is None else dict(retention),
             metadata={BACKEND_METADATA_KEY: self.alias},
-            batch_id=_current_batch(),
+            batch_id=current_batch.get(),
         )
 
     def _enqueued[**P, R](self, task: Task[P, R], job: Job) -> TaskResult[P, R]:
@@ -238,16 +243,12 @@ class EddyqBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The result of the job with this id, as it is stored now."""
-        from django_eddyq.models import Job
-
         job = Job.objects.filter(pk=_job_id(result_id)).first()
         if job is None:
             raise TaskResultDoesNotExist(f"no task result with id {result_id!r}")
         return self._result(job)
 
     async def aget_result(self, result_id: str) -> TaskResult[..., Any]:
-        from django_eddyq.models import Job
-
         job = await Job.objects.filter(pk=_job_id(result_id)).afirst()
         if job is None:
             raise TaskResultDoesNotExist(f"no task result with id {result_id!r}")
@@ -362,15 +363,11 @@ class DjangoTaskHooks:
     task: Task[..., Any]
 
     def begin(self, job: ClaimedJob) -> DjangoTaskAttempt:
-        from django_eddyq.models import Job
-
         attempt = self._attempt(job, Job.all_objects.filter(pk=job.id).first())
         task_started.send(attempt.sender, task_result=attempt.result)
         return attempt
 
     async def abegin(self, job: ClaimedJob) -> DjangoTaskAttempt:
-        from django_eddyq.models import Job
-
         attempt = self._attempt(job, await Job.all_objects.filter(pk=job.id).afirst())
         await task_started.asend(attempt.sender, task_result=attempt.result)
         return attempt
@@ -427,7 +424,7 @@ class DjangoTaskAttempt:
         status = STATUS_OF_STATE[outcome.state]
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", outcome.result)
-        if outcome.state in _TERMINAL_STATES:
+        if outcome.state in TERMINAL_STATES:
             object.__setattr__(result, "finished_at", timezone.now())
         object.__setattr__(result, "status", status)
 
@@ -435,31 +432,11 @@ class DjangoTaskAttempt:
 # Helpers.
 
 
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer ≥ 1, not {value!r}")
-    return value
-
-
-def _due(run_after: datetime | timedelta | None) -> tuple[datetime | None, float]:
-    """An absolute time, or a delay that the database adds to its own clock."""
-    if isinstance(run_after, timedelta):
-        return None, run_after.total_seconds()
-    return run_after, 0.0
-
-
 def _job_id(result_id: object) -> int:
     text = str(result_id)
     if not _RESULT_ID.fullmatch(text) or int(text) > _BIGINT_MAX:
         raise TaskResultDoesNotExist(f"no task result with id {result_id!r}")
     return int(text)
-
-
-def _current_batch() -> int | None:
-    """The batch that jobs enqueued here join, as eddyq's own enqueues do."""
-    from django_eddyq.batches import current_batch
-
-    return current_batch.get()
 
 
 def _backend_class(alias: str) -> type[BaseTaskBackend]:

@@ -23,6 +23,7 @@ from django_eddyq.conf import (
     eddyq_settings,
 )
 from django_eddyq.durations import format_duration
+from django_eddyq.maintenance.periodic import PeriodicJob
 
 TAG = "django_eddyq"
 
@@ -222,8 +223,6 @@ def check_reindex_indexes(
 @register(TAG)
 def check_periodic_jobs(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
     """Every schedule of PERIODIC is well formed and names a registered task."""
-    from django_eddyq.maintenance.periodic import PeriodicJob
-
     try:
         periodic = eddyq_settings.PERIODIC
     except ImproperlyConfigured:

@@ -24,10 +24,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_eddyq.durations import parse_duration
+from django_eddyq.vocabulary import QUEUE_NAME_RULE, TERMINAL_STATES, is_positive_int, is_queue_name
 
 ENV_PREFIX = "EDDYQ_"
-RETENTION_STATES = ("completed", "failed", "cancelled", "batch")
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+RETENTION_STATES = (*TERMINAL_STATES, "batch")
 
 # Words that stand for None in environment variables, where the setting allows None.
 _NONE_WORDS = frozenset({"none", "null", "forever"})
@@ -87,17 +87,15 @@ def _database_alias(value: object, source: str) -> str:
 
 
 def _queue_name(value: object, source: str) -> str:
-    if not isinstance(value, str) or not QUEUE_NAME.fullmatch(value):
-        raise ValueError(
-            f"{source}: {value!r} is not a queue name (1 to 64 letters, digits or _ . : -)"
-        )
-    return value
+    if is_queue_name(value):
+        return value
+    raise ValueError(f"{source}: {value!r} is not a queue name ({QUEUE_NAME_RULE})")
 
 
 def _positive_int(value: object, source: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{source}: {value!r} is not a whole number of 1 or more")
-    return value
+    if is_positive_int(value):
+        return value
+    raise ValueError(f"{source}: {value!r} is not a whole number of 1 or more")
 
 
 def _bool(value: object, source: str) -> bool:

@@ -1,4 +1,4 @@
-"""Cheap reads for the admin: bounded counts, estimates, the queue overview, retention deadlines.
+"""Cheap reads for the admin: bounded counts, estimates, the queue overview.
 
 Nothing here reads more rows than a bounded number, however many jobs there are: a count stops
 at ``EXACT_COUNT_LIMIT`` and past that becomes an estimate, from the planner's statistics;
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,11 +19,11 @@ from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db import connections, models
 from django.db.models.functions import Now
 
-from django_eddyq.base import RETAINED_STATES
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import ELECTION
-from django_eddyq.managers import Retention, bounded_period, job_expiries
 from django_eddyq.models import Job, Leader, Queue
+from django_eddyq.retention import job_expiries
+from django_eddyq.vocabulary import TERMINAL_STATES
 
 if TYPE_CHECKING:
     PaginatorBase = Paginator[Any]
@@ -150,51 +150,6 @@ class EstimatingPaginator(PaginatorBase):
         else:
             yield from range(1, last + 1)
         yield ellipsis
-
-
-# Retention deadlines.
-
-
-def _names_state(override: Any, state: str) -> bool:
-    """PostgreSQL's ``override ? state``: a key of an object, a string of an array, the string."""
-    if isinstance(override, dict):
-        return state in override
-    if isinstance(override, list):
-        return any(isinstance(item, str) and item == state for item in override)
-    return isinstance(override, str) and override == state
-
-
-def retention_deadline(
-    state: str, finalized_at: datetime | None, override: Any, retention: Retention | None = None
-) -> datetime | None:
-    """When the cleaner deletes (and ``Job.objects`` starts hiding) a job in terminal ``state``
-    finalized at ``finalized_at`` with ``Job.retention`` ``override``; None: never.
-
-    The rule of ``managers.job_expiries``, in Python: an override naming the state decides
-    (a number of seconds, anything else keeps forever), else ``RETENTION[state]``. A job with
-    no ``finalized_at`` is never deleted. The job expires at the deadline itself.
-    """
-    if state not in RETAINED_STATES:
-        raise ValueError(f"{state!r} is not a terminal state: no retention applies")
-    if finalized_at is None:
-        return None
-    try:
-        if _names_state(override, state):
-            seconds = override.get(state) if isinstance(override, dict) else None
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-                return None
-            return finalized_at + timedelta(seconds=seconds)
-        if retention is None:
-            retention = eddyq_settings.RETENTION
-        period = bounded_period(retention.get(state))
-        return None if period is None else finalized_at + period
-    except OverflowError:  # past the year 9999: as good as forever
-        return None
-
-
-def job_retention_deadline(job: Job, retention: Retention | None = None) -> datetime | None:
-    """``retention_deadline`` of a terminal ``job``."""
-    return retention_deadline(job.state, job.finalized_at, job.retention, retention)
 
 
 # The overview above the job list.
@@ -336,7 +291,7 @@ class Overview:
 
         for state in Job.State.values:
             capped("state = %s", [state])
-        for state in RETAINED_STATES:
+        for state in TERMINAL_STATES:
             own = [expiry for expiry in expiries if expiry.state == state]
             capped(
                 " OR ".join(f"({expiry.sql})" for expiry in own),
@@ -347,7 +302,7 @@ class Overview:
             cursor.execute("SELECT " + ", ".join(parts), params)
             row = cursor.fetchone()
         counts = dict(zip(Job.State.values, row, strict=False))
-        for state, expired in zip(RETAINED_STATES, row[len(Job.State.values) :], strict=False):
+        for state, expired in zip(TERMINAL_STATES, row[len(Job.State.values) :], strict=False):
             if counts[state] <= self.count_limit:
                 counts[state] -= expired
         return counts, row[-1]

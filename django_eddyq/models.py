@@ -10,9 +10,17 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from django_eddyq import operations
 from django_eddyq.arguments import ExactJSONDecoder, ExactJSONEncoder
-from django_eddyq.base import PRIORITY_MAX, PRIORITY_MIN
 from django_eddyq.managers import JobManager, QueueDatabaseManager
+from django_eddyq.vocabulary import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    TERMINAL_STATES,
+    WAITING_STATES,
+    BatchState,
+    JobState,
+)
 
 
 class ExactJSONField(models.JSONField):
@@ -54,18 +62,7 @@ class TransactionNow(models.Func):
 
 
 class Job(models.Model):
-    class State(models.TextChoices):
-        SCHEDULED = "scheduled", _("scheduled")
-        AVAILABLE = "available", _("available")
-        RUNNING = "running", _("running")
-        RETRYABLE = "retryable", _("retryable")
-        COMPLETED = "completed", _("completed")
-        FAILED = "failed", _("failed")
-        CANCELLED = "cancelled", _("cancelled")
-
-    TERMINAL_STATES: ClassVar[frozenset[str]] = frozenset(
-        {State.COMPLETED, State.FAILED, State.CANCELLED}
-    )
+    State = JobState
 
     id = models.BigAutoField(primary_key=True)
     task = models.CharField(_("task"), max_length=255, help_text=_("module.qualname"))
@@ -147,18 +144,7 @@ class Job(models.Model):
                 name="eddyq_jobs_priority_range",
             ),
             models.CheckConstraint(
-                condition=Q(
-                    state__in=[
-                        "scheduled",
-                        "available",
-                        "running",
-                        "retryable",
-                        "completed",
-                        "failed",
-                        "cancelled",
-                    ]
-                ),
-                name="eddyq_jobs_state_valid",
+                condition=Q(state__in=JobState.values), name="eddyq_jobs_state_valid"
             ),
             models.CheckConstraint(
                 condition=Q(max_attempts__gte=1), name="eddyq_jobs_max_attempts"
@@ -176,7 +162,7 @@ class Job(models.Model):
                 "run_at",
                 "id",
                 name="eddyq_jobs_claim_idx",
-                condition=Q(state="available"),
+                condition=Q(state=JobState.AVAILABLE),
             ),
             models.Index(
                 "queue",
@@ -184,35 +170,33 @@ class Job(models.Model):
                 "run_at",
                 "id",
                 name="eddyq_jobs_queue_claim_idx",
-                condition=Q(state="available"),
+                condition=Q(state=JobState.AVAILABLE),
             ),
             # The scheduler promotes due scheduled and retryable jobs.
             models.Index(
                 "run_at",
                 name="eddyq_jobs_due_idx",
-                condition=Q(state__in=["scheduled", "retryable"]),
+                condition=Q(state__in=list(WAITING_STATES)),
             ),
             # The rescuer finds running jobs whose lease has passed.
             models.Index(
                 "locked_until",
                 name="eddyq_jobs_lease_idx",
-                condition=Q(state="running"),
+                condition=Q(state=JobState.RUNNING),
             ),
             # The cleaner and the admin walk terminal jobs by state and age.
             models.Index(
                 "state",
                 "finalized_at",
                 name="eddyq_jobs_finalized_idx",
-                condition=Q(state__in=["completed", "failed", "cancelled"]),
+                condition=Q(state__in=list(TERMINAL_STATES)),
             ),
             # Jobs that carry their own retention, for the cleaner's second sweep.
             models.Index(
                 "state",
                 "finalized_at",
                 name="eddyq_jobs_retention_idx",
-                condition=Q(
-                    state__in=["completed", "failed", "cancelled"], retention__isnull=False
-                ),
+                condition=Q(state__in=list(TERMINAL_STATES), retention__isnull=False),
             ),
             models.Index("batch", name="eddyq_jobs_batch_idx", condition=Q(batch__isnull=False)),
             # The admin's task filter. Only the jobs that stay a while: every row version of a
@@ -222,7 +206,7 @@ class Job(models.Model):
                 "task",
                 "state",
                 name="eddyq_jobs_task_idx",
-                condition=~Q(state__in=["available", "running"]),
+                condition=~Q(state__in=[JobState.AVAILABLE, JobState.RUNNING]),
             ),
         ]
 
@@ -231,7 +215,7 @@ class Job(models.Model):
 
     @property
     def is_terminal(self) -> bool:
-        return self.state in self.TERMINAL_STATES
+        return self.state in TERMINAL_STATES
 
     def cancel(self) -> bool:
         """Cancel the job; False if it had already ended (or was already being cancelled).
@@ -242,9 +226,7 @@ class Job(models.Model):
         ``completed``, since its work was done. Safe to call twice, concurrently, from any
         process. Refreshes this instance.
         """
-        from django_eddyq.jobs import cancel_job
-
-        changed = cancel_job(self.pk)
+        changed = operations.cancel_job(self.pk)
         self.refresh_from_db()
         return changed
 
@@ -255,17 +237,13 @@ class Job(models.Model):
         attempt if it had used them all. An available or running job is left alone (False);
         a completed one raises ``ValueError``. Refreshes this instance.
         """
-        from django_eddyq.jobs import retry_job
-
-        changed = retry_job(self.pk)
+        changed = operations.retry_job(self.pk)
         self.refresh_from_db()
         return changed
 
 
 class Batch(models.Model):
-    class State(models.TextChoices):
-        PENDING = "pending", _("pending")
-        COMPLETE = "complete", _("complete")
+    State = BatchState
 
     id = models.BigAutoField(primary_key=True)
     state = models.CharField(
@@ -293,7 +271,7 @@ class Batch(models.Model):
             models.Index(
                 "finalized_at",
                 name="eddyq_batches_finalized_idx",
-                condition=Q(state="complete"),
+                condition=Q(state=BatchState.COMPLETE),
             ),
         ]
 
@@ -325,16 +303,14 @@ class Queue(models.Model):
 
     def pause(self) -> Queue:
         """See ``django_eddyq.pause_queue``; refreshes this instance."""
-        from django_eddyq.queues import pause_queue
-
-        self.paused_at = pause_queue(self.name).paused_at
+        operations.set_queue_paused(self.name, paused=True)
+        self.refresh_from_db(fields=["paused_at"])
         return self
 
     def resume(self) -> Queue:
         """See ``django_eddyq.resume_queue``; refreshes this instance."""
-        from django_eddyq.queues import resume_queue
-
-        self.paused_at = resume_queue(self.name).paused_at
+        operations.set_queue_paused(self.name, paused=False)
+        self.refresh_from_db(fields=["paused_at"])
         return self
 
 

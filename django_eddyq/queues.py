@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from django.db import connections
-
-from django_eddyq import sql
-from django_eddyq.base import validate_queue_name
-from django_eddyq.conf import eddyq_settings
 from django_eddyq.models import Queue
+from django_eddyq.operations import set_queue_paused
 
 
 def pause_queue(name: str) -> Queue:
@@ -16,18 +12,11 @@ def pause_queue(name: str) -> Queue:
     The claim itself skips paused queues, so every worker stops at its next claim; jobs already
     running finish.
     """
-    return _set_paused(name, paused=True)
+    set_queue_paused(name, paused=True)
+    return Queue.objects.get(name=name)
 
 
 def resume_queue(name: str) -> Queue:
     """Let workers claim from ``name`` again, waking idle ones at once; returns the queue."""
-    return _set_paused(name, paused=False)
-
-
-def _set_paused(name: str, *, paused: bool) -> Queue:
-    validate_queue_name(name)
-    with connections[eddyq_settings.DATABASE].cursor() as cursor:
-        cursor.execute(sql.SET_QUEUE_PAUSED, {"name": name, "paused": paused})
-        if not paused:
-            cursor.execute(sql.NOTIFY_QUEUE, {"name": name})
+    set_queue_paused(name, paused=False)
     return Queue.objects.get(name=name)

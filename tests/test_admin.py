@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_eddyq import inspection
+from django_eddyq import inspection, retention
 from django_eddyq.admin import format_datetime
 from django_eddyq.election import ELECTION
 from django_eddyq.maintenance.cleaner import Cleaner
@@ -548,7 +548,7 @@ def test_retention_deadline_is_when_the_cleaner_deletes(
 ) -> None:
     finalized_at = datetime(2030, 1, 1, tzinfo=UTC)
     job = JobFactory(state=state, finalized_at=finalized_at, retention=override)
-    deadline = inspection.job_retention_deadline(job)
+    deadline = retention.job_retention_deadline(job)
     if period is None:
         assert deadline is None
         assert Cleaner().run_once(now=datetime(9999, 1, 1, tzinfo=UTC)) == 0
@@ -561,9 +561,9 @@ def test_retention_deadline_is_when_the_cleaner_deletes(
 
 
 def test_retention_deadline_of_a_job_without_finalized_at() -> None:
-    assert inspection.retention_deadline("failed", None, None) is None
+    assert retention.retention_deadline("failed", None, None) is None
     with pytest.raises(ValueError, match="not a terminal state"):
-        inspection.retention_deadline("running", timezone.now(), None)
+        retention.retention_deadline("running", timezone.now(), None)
 
 
 @override_settings(EDDYQ={"RETENTION": RETENTION})

@@ -13,8 +13,8 @@ from django.db import connection, transaction
 
 import django_eddyq
 from django_eddyq import db, sql, task
-from django_eddyq.batches import complete_batches
 from django_eddyq.models import Batch, Job
+from django_eddyq.operations import complete_batches
 from django_eddyq.worker import Worker
 from tests import jobs
 

@@ -244,7 +244,7 @@ def test_the_returned_job_has_every_field_as_stored() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_large_enqueue_many_streams_with_copy_and_matches_the_insert() -> None:
-    from django_eddyq.producer import COPY_THRESHOLD
+    from django_eddyq.enqueue import COPY_THRESHOLD
 
     calls = [(n, n) for n in range(COPY_THRESHOLD)] + [
         Call(1, b=2),
@@ -268,7 +268,7 @@ def test_a_large_enqueue_many_streams_with_copy_and_matches_the_insert() -> None
 
 @pytest.mark.django_db(transaction=True)
 def test_a_large_enqueue_many_stores_the_times_of_its_transaction_or_those_given() -> None:
-    from django_eddyq.producer import COPY_THRESHOLD
+    from django_eddyq.enqueue import COPY_THRESHOLD
 
     past = timezone.now() - timedelta(minutes=5)
     with transaction.atomic():
@@ -293,7 +293,7 @@ def test_a_large_enqueue_many_stores_the_times_of_its_transaction_or_those_given
 @pytest.mark.django_db(transaction=True)
 def test_a_large_enqueue_many_in_a_batch_with_retention_matches_what_is_stored() -> None:
     import django_eddyq
-    from django_eddyq.producer import COPY_THRESHOLD
+    from django_eddyq.enqueue import COPY_THRESHOLD
 
     task_with_retention = jobs.add.using(retention={"failed": "1d"}, max_attempts=3)
     with django_eddyq.batch() as batch:
@@ -313,7 +313,7 @@ def test_a_large_enqueue_many_in_a_batch_with_retention_matches_what_is_stored()
 
 @pytest.mark.django_db(transaction=True)
 def test_a_large_enqueue_many_rolls_back_with_its_transaction() -> None:
-    from django_eddyq.producer import COPY_THRESHOLD
+    from django_eddyq.enqueue import COPY_THRESHOLD
 
     def enqueue_then_fail() -> None:
         with transaction.atomic():

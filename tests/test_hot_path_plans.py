@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from django_eddyq import producer, sql
+from django_eddyq import enqueue, sql
 from django_eddyq.worker import passes
+from django_eddyq.worker.pacing import claim_limit
 from django_eddyq.worker.passes import Pass, run_pass
-from django_eddyq.worker.worker import claim_limit
 from tests import jobs
 from tests.factories import BatchFactory, JobFactory
 
@@ -41,12 +41,12 @@ def claim_params(queues: list[str] | None) -> dict[str, Any]:
 def busy_queue() -> None:
     """Thousands of available jobs, a hundred each in a paused queue and in a rare one, all
     analyzed."""
-    specs = [producer.JobSpec.for_task(jobs.add, (1, 2), {}) for _ in range(AVAILABLE_JOBS)]
+    specs = [enqueue.JobSpec.for_task(jobs.add, (1, 2), {}) for _ in range(AVAILABLE_JOBS)]
     for queue in ("paused", "rare"):
         specs += [
-            producer.JobSpec.for_task(jobs.add.using(queue=queue), (1, 2), {}) for _ in range(100)
+            enqueue.JobSpec.for_task(jobs.add.using(queue=queue), (1, 2), {}) for _ in range(100)
         ]
-    producer.insert_jobs(specs)
+    enqueue.insert_jobs(specs)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE eddyq_queues SET paused_at = now() WHERE name = 'paused'")
         cursor.execute("ANALYZE eddyq_jobs")
@@ -102,8 +102,8 @@ def no_statistics() -> None:
     is, or one just truncated or restored, until autovacuum's first ANALYZE."""
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE eddyq_jobs")
-    specs = [producer.JobSpec.for_task(jobs.add, (1, 2), {}) for _ in range(AVAILABLE_JOBS)]
-    producer.insert_jobs(specs)
+    specs = [enqueue.JobSpec.for_task(jobs.add, (1, 2), {}) for _ in range(AVAILABLE_JOBS)]
+    enqueue.insert_jobs(specs)
 
 
 @pytest.mark.usefixtures("no_statistics")
@@ -135,7 +135,7 @@ def test_a_claim_from_one_queue_reads_the_queue_index_in_order_without_statistic
 def test_a_pass_claims_from_any_queue_without_a_sort(
     queues: list[str] | None, without_sort: bool, tmp_path: Path
 ) -> None:
-    producer.insert_jobs([producer.JobSpec.for_task(jobs.add, (1, 2), {})])
+    enqueue.insert_jobs([enqueue.JobSpec.for_task(jobs.add, (1, 2), {})])
     trace = tmp_path / "libpq.trace"
     with passes.connect() as worker_connection, trace.open("w") as out:
         # What the pass sends, as libpq writes it out.
@@ -160,7 +160,7 @@ def test_a_claim_from_any_queue_makes_the_server_warn_of_nothing() -> None:
     """SET LOCAL outside BEGIN, as a pipeline's statements are, has the server log "SET LOCAL
     can only be used in transaction blocks" at every pass; it sends the client that WARNING
     too, which is what this test hears."""
-    producer.insert_jobs([producer.JobSpec.for_task(jobs.add, (1, 2), {})])
+    enqueue.insert_jobs([enqueue.JobSpec.for_task(jobs.add, (1, 2), {})])
     notices: list[str] = []
     with passes.connect() as worker_connection:
         worker_connection.add_notice_handler(lambda notice: notices.append(notice.message_primary))

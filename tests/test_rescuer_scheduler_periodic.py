@@ -9,10 +9,10 @@ from django.db import connection
 from django.test import override_settings
 
 from django_eddyq import task
-from django_eddyq.base import SCHEDULED_TASKS
 from django_eddyq.maintenance import PeriodicEnqueuer, Rescuer, Scheduler
 from django_eddyq.maintenance.periodic import PeriodicJob, periodic_jobs
 from django_eddyq.models import Job, PeriodicSchedule
+from django_eddyq.tasks import SCHEDULED_TASKS
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -19,8 +19,8 @@ from demo.models import Execution
 from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
 from django_eddyq.worker import Worker, passes
-from django_eddyq.worker.passes import Pass, run_pass
-from django_eddyq.worker.worker import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
+from django_eddyq.worker.pacing import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
+from django_eddyq.worker.passes import Pass, PassRunner, run_pass
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
 from tests.processes import wait_for
@@ -342,7 +342,7 @@ def test_stop_leaves_a_started_handler_s_job_to_the_rescuer(
     def slow_started() -> bool:
         # Its handler has begun, not just its claim committed: a job claimed as the stop
         # comes goes back without starting.
-        running = worker._running.get(slow.pk)
+        running = worker._slots.running.get(slow.pk)
         return running is not None and running.started_at is not None
 
     wait_for(lambda: slow_started() and refreshed(quick).state == Job.State.COMPLETED, seconds=5)
@@ -417,14 +417,14 @@ def test_a_row_naming_a_module_imports_nothing(run_burst_worker: RunWorker) -> N
 
 def test_claims_ahead_only_while_its_jobs_finish_quickly() -> None:
     worker = Worker(concurrency=4)
-    assert worker._claim_room() == 4  # nothing has finished yet: no pace to go by
-    worker._run_seconds = 0.0005
-    assert worker._claim_room() == 4 * (1 + CLAIM_AHEAD_FACTOR)
+    assert worker._pacing.room() == 4  # nothing has finished yet: no pace to go by
+    worker._pacing.run_seconds = 0.0005
+    assert worker._pacing.room() == 4 * (1 + CLAIM_AHEAD_FACTOR)
     # Jobs of 10 ms: four slots finish one every 2.5 ms, 8 of them within CLAIM_AHEAD_SECONDS.
-    worker._run_seconds = 0.01
-    assert worker._claim_room() == 4 + 8
-    worker._run_seconds = 1.0
-    assert worker._claim_room() == 4
+    worker._pacing.run_seconds = 0.01
+    assert worker._pacing.room() == 4 + 8
+    worker._pacing.run_seconds = 1.0
+    assert worker._pacing.room() == 4
 
 
 @pytest.mark.parametrize("probe", [jobs.overlap_probe, jobs.async_overlap_probe])
@@ -432,14 +432,14 @@ def test_jobs_claimed_ahead_never_run_more_handlers_than_the_concurrency(
     run_burst_worker: RunWorker, monkeypatch: pytest.MonkeyPatch, probe: Any
 ) -> None:
     claimed: list[int] = []
-    run_pass = Worker._run_pass
+    run_pass = PassRunner.run
 
-    def counted_pass(self: Worker, planned: Pass) -> Pass:
+    def counted_pass(self: PassRunner, planned: Pass) -> Pass:
         done = run_pass(self, planned)
         claimed.append(len(done.claimed))
         return done
 
-    monkeypatch.setattr(Worker, "_run_pass", counted_pass)
+    monkeypatch.setattr(PassRunner, "run", counted_pass)
     monkeypatch.setattr(jobs.Overlap, "most", 0)
     probe.enqueue_many([(0.002,)] * 60)
 
@@ -455,7 +455,7 @@ def worker_claiming_ahead(**options: Any) -> Iterator[Worker]:
     """A one-slot worker running in a thread, told its jobs have gone quickly so far, so that it
     claims three jobs ahead; stopped and joined at the end."""
     worker = Worker(concurrency=1, maintenance=False, **options)
-    worker._run_seconds = 0.0001
+    worker._pacing.run_seconds = 0.0001
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
@@ -559,12 +559,14 @@ def test_a_handler_whose_lease_was_lost_is_asked_to_stop(fast_settings: None) ->
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        wait_for(lambda: bool(worker._running) and refreshed(job).state == Job.State.RUNNING, 5)
+        wait_for(
+            lambda: bool(worker._slots.running) and refreshed(job).state == Job.State.RUNNING, 5
+        )
         # Rescued meanwhile (its lease expired): the job is not this worker's any more.
         Job.objects.filter(pk=job.pk).update(
             state=Job.State.RETRYABLE, locked_by=None, locked_until=None
         )
-        running = worker._running[job.pk]
+        running = worker._slots.running[job.pk]
         # At the next heartbeat, its handler sees cancel_requested() and stops, freeing its
         # slot: the burst worker ends well before the handler's 30 seconds.
         thread.join(5)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from django_eddyq.models import Job
-from django_eddyq.worker import Worker
+from django_eddyq.worker import Worker, slots
 from django_eddyq.worker import worker as worker_module
 from tests import jobs
 from tests.processes import wait_for
@@ -32,7 +32,7 @@ def test_stop_closes_the_event_loop(run_burst_worker: RunWorker) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         worker = run_burst_worker()
-        loop = worker._event_loop
+        loop = worker._slots.event_loop.loop
         assert loop is not None and loop.is_closed()
         del worker, loop
         gc.collect()
@@ -47,7 +47,7 @@ def test_stop_cancels_the_async_handlers_left_and_closes_the_loop(fast_settings:
     thread.start()
     try:
         wait_for(lambda: state(job) == Job.State.RUNNING)
-        loop = worker._event_loop
+        loop = worker._slots.event_loop.loop
         assert loop is not None
         [task] = asyncio_tasks(worker)
     finally:
@@ -62,14 +62,14 @@ def test_stop_cancels_the_async_handlers_left_and_closes_the_loop(fast_settings:
 
 def asyncio_tasks(worker: Worker) -> list[asyncio.Task[Any]]:
     """The handler tasks on the worker's event loop, once they have started."""
-    wait_for(lambda: all(r.task is not None for r in worker._running.values()))
-    return [r.task for r in worker._running.values() if r.task is not None]
+    wait_for(lambda: all(r.task is not None for r in worker._slots.running.values()))
+    return [r.task for r in worker._slots.running.values() if r.task is not None]
 
 
 def test_a_worker_whose_every_slot_is_stuck_stops_with_an_exit_code(
     fast_settings: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(worker_module, "STUCK_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(slots, "STUCK_GRACE_SECONDS", 0.5)
     stuck = jobs.never_returns.enqueue()  # times out after 0.3s; its thread stays blocked
     worker = Worker(concurrency=1, maintenance=False)
     thread = threading.Thread(target=worker.run)

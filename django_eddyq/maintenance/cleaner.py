@@ -1,6 +1,6 @@
 """The cleaner: deletes finished jobs and batches once their retention has passed.
 
-Which jobs have expired is decided by ``managers.job_expiries``, shared with ``Job.objects``,
+Which jobs have expired is decided by ``retention.job_expiries``, shared with ``Job.objects``,
 which hides exactly the jobs the cleaner would delete.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance.service import Service
-from django_eddyq.managers import bounded_period, job_expiries
+from django_eddyq.retention import bounded_period, job_expiries
 
 logger = logging.getLogger("django_eddyq")
 

@@ -13,16 +13,11 @@ from croniter import croniter
 
 from django_eddyq import registry, sql
 from django_eddyq.arguments import normalize_arguments
-from django_eddyq.base import (
-    SCHEDULED_TASKS,
-    Task,
-    validate_cron,
-    validate_priority,
-    validate_queue_name,
-)
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
 from django_eddyq.maintenance.service import Service
-from django_eddyq.producer import JobSpec, default_queue, insert_jobs
+from django_eddyq.tasks import SCHEDULED_TASKS, Task, validate_cron
+from django_eddyq.vocabulary import validate_priority, validate_queue_name
 
 logger = logging.getLogger("django_eddyq")
 
@@ -156,7 +151,7 @@ class PeriodicEnqueuer(Service):
         return MAX_SLEEP_SECONDS if periodic_jobs() else None
 
     def run_once(self, now: datetime | None = None) -> int:
-        now = now or self._database_now()
+        now = now or self.database_now()
         schedules = periodic_jobs()
         enqueued = 0
         with self.cursor() as cursor:
@@ -189,17 +184,11 @@ class PeriodicEnqueuer(Service):
         return enqueued
 
     def next_delay(self, interval: float) -> float:
-        now = self._database_now()
+        now = self.database_now()
         soonest = min((s.next_run(now) for s in periodic_jobs()), default=None)
         if soonest is None:
             return interval
         return min(interval, max((soonest - now).total_seconds(), 0.0))
-
-    def _database_now(self) -> datetime:
-        with self.cursor() as cursor:
-            cursor.execute(sql.DATABASE_NOW)
-            now: datetime = cursor.fetchone()[0]
-        return now
 
     @staticmethod
     def _job_spec(schedule: PeriodicJob, run_at: datetime) -> JobSpec:

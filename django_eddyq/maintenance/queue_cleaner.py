@@ -8,7 +8,7 @@ from typing import Any
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance.service import Service
-from django_eddyq.managers import bounded_period
+from django_eddyq.retention import bounded_period
 
 
 class QueueCleaner(Service):

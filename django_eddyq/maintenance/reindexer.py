@@ -48,13 +48,6 @@ class Reindexer(Service):
         return None if eddyq_settings.REINDEX_SCHEDULE is None else self.longest_wait
 
     # Scheduling.
-    def database_now(self) -> datetime:
-        with self.cursor() as cursor:
-            cursor.execute(sql.DATABASE_NOW)
-            (now,) = cursor.fetchone()
-        now_utc: datetime = now.astimezone(UTC)
-        return now_utc
-
     @staticmethod
     def next_time(schedule: str, after: datetime) -> datetime:
         """The first time of ``schedule`` strictly after ``after``, read in UTC."""

@@ -10,11 +10,11 @@ from django.db import DatabaseError
 from psycopg.types.json import Jsonb
 
 from django_eddyq import registry, sql
-from django_eddyq.batches import complete_batches
 from django_eddyq.exceptions import JobRescued, TaskNotFound
 from django_eddyq.handlers import Handler, retry_delay
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE
 from django_eddyq.maintenance.service import Service
+from django_eddyq.operations import complete_batches
 
 logger = logging.getLogger("django_eddyq")
 

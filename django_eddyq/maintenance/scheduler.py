@@ -7,7 +7,7 @@ from datetime import datetime
 from django_eddyq import sql
 from django_eddyq.maintenance.service import Service
 
-# Rows promoted per statement.
+# Rows promoted per statement (by the scheduler, and by a burst worker for itself).
 PROMOTE_BATCH = 1000
 # Wake this much after a job's run_at, so that the database sees it as due.
 DUE_MARGIN_SECONDS = 0.002

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.db import DatabaseError, connections, transaction
@@ -181,6 +181,15 @@ class Service(Loop):
 
     def on_stop(self) -> None:
         connections[eddyq_settings.DATABASE].close()
+
+    def database_now(self) -> datetime:
+        """Now by the database's clock, in UTC: schedules are reckoned by it, never by the
+        clock of the process that happens to lead."""
+        with self.cursor() as cursor:
+            cursor.execute(sql.DATABASE_NOW)
+            (now,) = cursor.fetchone()
+        now_utc: datetime = now.astimezone(UTC)
+        return now_utc
 
     @staticmethod
     @contextmanager

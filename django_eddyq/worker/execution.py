@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import traceback
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from django_eddyq.arguments import dumps, loads, normalize_json, storable_text
+from django_eddyq.cancellation import CancelFlag
 from django_eddyq.durations import delay_seconds
 from django_eddyq.exceptions import Discard, MalformedJob, OutcomeNotStored, Snooze
 from django_eddyq.handlers import Attempt, Handler, retry_delay
@@ -117,6 +120,27 @@ class Outcome:
         if self.error is not None:
             return str(self.error["error"])
         return self.state
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class RunningJob:
+    """A claimed job whose handler was started; the worker's main-thread bookkeeping."""
+
+    job: ClaimedJob
+    handler: Handler | None
+    deadline: float | None  # time.monotonic() after which the attempt has timed out
+    settled: bool = False  # its outcome is already decided (timed out, lost): ignore a late one
+    cancel: CancelFlag = dataclasses.field(default_factory=CancelFlag)
+    future: Future[Outcome] | None = None  # an async handler's result
+    task: asyncio.Task[Outcome] | None = None  # an async handler's task, to cancel it
+    stuck_logged: bool = False  # still running past its timeout and the grace: said once
+    queued_at: float = dataclasses.field(default_factory=time.monotonic)
+    started_at: float | None = None  # time.monotonic() when a handler thread started it
+    interrupted: bool = False  # cancelled by the worker's own stop: handed back once it ends
+
+    def seconds_over(self, now: float) -> float:
+        """How long it has run past its timeout (0 without one)."""
+        return 0.0 if self.deadline is None else now - self.deadline
 
 
 def outcome_records(outcomes: Sequence[Outcome]) -> str:

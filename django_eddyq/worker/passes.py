@@ -1,26 +1,33 @@
-"""A pass of the worker's loop: the statements of one transaction, and what they returned.
+"""A pass of the worker's loop: the statements of one transaction, what they returned, and the
+thread that runs them.
 
-The worker's main thread plans a pass from its bookkeeping and hands it to its database thread,
-which runs it (one commit, one WAL flush, for all its statements) while the main thread starts
-the jobs the previous pass claimed; the main thread then acts on what the pass committed.
+The worker's main thread plans a pass from its bookkeeping and hands it to its database thread
+(``PassRunner``), which runs it (one commit, one WAL flush, for all its statements) while the
+main thread starts the jobs the previous pass claimed; the main thread then acts on what the pass
+committed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import psycopg
 from psycopg.types.string import TextLoader
 
 from django_eddyq import db, sql
-from django_eddyq.batches import complete_batches
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.maintenance.scheduler import PROMOTE_BATCH
+from django_eddyq.operations import complete_batches
+from django_eddyq.vocabulary import TERMINAL_STATES
 from django_eddyq.worker.execution import ClaimedJob, Outcome, claimed_job, outcome_records
 
-TERMINAL_STATES = frozenset({"completed", "failed", "cancelled"})
-# How many due jobs a burst worker promotes per pass.
-PROMOTE_BATCH = 1000
+logger = logging.getLogger("django_eddyq")
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -124,3 +131,129 @@ def run_pass(
 def _order(job: ClaimedJob) -> tuple[int, float, int]:
     """The claim's order: the statement returns its rows in whatever order it updated them."""
     return (-job.priority, job.due, job.id)
+
+
+class PassRunner:
+    """The worker's own connection, and the thread that runs the passes it is sent on it.
+
+    One pass is in flight at most: the main thread sends it, and takes it back once it has
+    ended (``ended``). With none in flight, the main thread may also run one itself (``run``).
+    """
+
+    def __init__(
+        self, *, worker_id: str, queues: Sequence[str] | None, wake: Callable[[], None]
+    ) -> None:
+        self.worker_id = worker_id
+        self.queues = queues
+        self._wake = wake  # the worker's: a pass has ended
+        self.connection: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._sent: queue.SimpleQueue[tuple[Pass, Future[Pass]] | None] = queue.SimpleQueue()
+        # The pass sent and not yet taken back, with its result.
+        self.in_flight: tuple[Pass, Future[Pass]] | None = None
+
+    def connect(self) -> None:
+        """Open the connection; after it was lost, again, the broken one closed."""
+        if self.connection is not None:
+            self.connection.close()
+        self.connection = connect()
+
+    def start_thread(self) -> None:
+        threading.Thread(target=self._thread, name="eddyq-database", daemon=True).start()
+
+    def stop_thread(self) -> None:
+        self._sent.put(None)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+    def send(self, planned: Pass, *, here: bool) -> None:
+        """Run the pass on this thread (``here``), or hand it to the database thread."""
+        result: Future[Pass] = Future()
+        self.in_flight = (planned, result)
+        if here:
+            self._run_into(planned, result)
+        else:
+            self._sent.put((planned, result))
+
+    def ended(self) -> tuple[Pass, Future[Pass]] | None:
+        """The pass in flight and its result, once it has ended; then none is in flight."""
+        if self.in_flight is None or not self.in_flight[1].done():
+            return None
+        ended, self.in_flight = self.in_flight, None
+        return ended
+
+    def _thread(self) -> None:
+        """Runs the passes the main thread sends, and wakes it when each has ended."""
+        while (item := self._sent.get()) is not None:
+            self._run_into(*item)
+            self._wake()
+
+    def _run_into(self, planned: Pass, result: Future[Pass]) -> None:
+        try:
+            result.set_result(self.run(planned))
+        except BaseException as error:
+            result.set_exception(error)
+
+    def run(self, planned: Pass) -> Pass:
+        assert self.connection is not None
+        return run_pass(
+            self.connection,
+            planned,
+            worker_id=self.worker_id,
+            lease_seconds=eddyq_settings.STALE_AFTER.total_seconds(),
+            queues=self.queues,
+        )
+
+    def hand_back_strays(self, known: list[int]) -> None:
+        """Jobs running under this worker's id that it does not know of (claimed by a pass
+        whose reply never came) go back, their attempt given back."""
+        assert self.connection is not None
+        with self.connection.transaction():
+            rows = self.connection.execute(
+                sql.HAND_BACK_STRAYS, {"worker_id": self.worker_id, "known": known}
+            ).fetchall()
+            ended = {batch for _id, state, batch, _ in rows if batch and state != "available"}
+            if ended:
+                with self.connection.cursor() as cursor:
+                    complete_batches(cursor, sorted(ended))
+        for job_id, state, _batch, _notified in rows:
+            logger.warning(
+                "eddyq worker %s: job %s was claimed by a pass whose reply was lost; %s",
+                self.worker_id,
+                job_id,
+                "handed back" if state == "available" else "cancelled, as was asked",
+            )
+
+
+def log_outcome(outcome: Outcome, *, written: bool) -> None:
+    """What became of an outcome a pass wrote: discarded (the job is no longer the worker's),
+    or a failure, to be retried or for good."""
+    job = outcome.job
+    if not written:
+        logger.info(
+            "eddyq job %s (%s): outcome %s discarded, the job is no longer this worker's "
+            "(its lease expired and it was rescued, or it was cancelled)",
+            job.id,
+            job.task,
+            outcome.summary,
+        )
+    elif outcome.state == "retryable":
+        logger.warning(
+            "eddyq job %s (%s) failed attempt %d of %d, retrying in %.1fs: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            outcome.delay,
+            outcome.summary,
+        )
+    elif outcome.state == "failed":
+        logger.warning(
+            "eddyq job %s (%s) failed for good after attempt %d of %d: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            outcome.summary,
+        )

@@ -26,10 +26,10 @@ from django.test import override_settings
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from django_eddyq.base import QUEUE_NAME
 from django_eddyq.conf import DEFAULTS, InvalidSettingError, eddyq_settings
 from django_eddyq.durations import format_duration, parse_duration
 from django_eddyq.models import Job
+from django_eddyq.vocabulary import QUEUE_NAME
 from django_eddyq.worker import Worker
 from tests import jobs
 from tests.conftest import FAST_SETTINGS

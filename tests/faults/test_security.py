@@ -35,9 +35,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demo.models import Execution
-from django_eddyq.base import validate_queue_name
 from django_eddyq.maintenance import Reindexer
 from django_eddyq.models import Job
+from django_eddyq.vocabulary import validate_queue_name
 
 PACKAGE = Path(__file__).resolve().parents[2] / "django_eddyq"
 SQL_MODULE = PACKAGE / "sql.py"

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
-from django_eddyq.base import validate_queue_name
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.vocabulary import validate_positive_int, validate_queue_name
 from django_eddyq.worker import Worker
 from django_eddyq.worker.signals import handle_signals, stop_signal_actions
 from django_eddyq.worker.supervisor import Supervisor
@@ -24,10 +24,7 @@ def queue_list(value: str) -> list[str]:
 
 
 def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError(f"{value} is not a positive integer")
-    return number
+    return validate_positive_int(int(value), "the value")
 
 
 class Command(BaseCommand):

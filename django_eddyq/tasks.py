@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
@@ -16,15 +15,13 @@ from django.utils import timezone
 
 from django_eddyq import registry
 from django_eddyq.durations import MAX_DELAY, parse_duration
+from django_eddyq.enqueue import JobSpec, enqueue_calls, insert_jobs
 from django_eddyq.handlers import Handler
+from django_eddyq.retention import parse_retention
+from django_eddyq.vocabulary import validate_positive_int, validate_priority, validate_queue_name
 
 if TYPE_CHECKING:
     from django_eddyq.models import Job
-
-PRIORITY_MIN = -100
-PRIORITY_MAX = 100
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-RETAINED_STATES = ("completed", "failed", "cancelled")
 
 type Backoff = Callable[[int], float | timedelta]
 
@@ -68,12 +65,8 @@ class Task[**P, R]:
         if self.queue is not None:
             validate_queue_name(self.queue)
         validate_priority(self.priority)
-        if self.max_attempts is not None and (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
-        ):
-            raise ValueError(f"max_attempts must be an integer ≥ 1, not {self.max_attempts!r}")
+        if self.max_attempts is not None:
+            validate_positive_int(self.max_attempts, "max_attempts")
         if self.run_at is not None:
             validate_run_at(self.run_at)
         if self.cron is not None:
@@ -127,8 +120,6 @@ class Task[**P, R]:
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Store one job; part of the current transaction on the queue's database."""
-        from django_eddyq.producer import JobSpec, insert_jobs
-
         return insert_jobs([JobSpec.for_task(self, args, kwargs)])[0]
 
     def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any] | Call]) -> list[Job]:
@@ -137,8 +128,6 @@ class Task[**P, R]:
         Each item is a tuple of positional arguments, a dict of keyword arguments, or a
         ``Call(*args, **kwargs)`` for both.
         """
-        from django_eddyq.producer import enqueue_calls
-
         return enqueue_calls(self, [_split_call(call, index) for index, call in enumerate(calls)])
 
 
@@ -230,26 +219,6 @@ def task[**P, R](
     return wrap
 
 
-def validate_queue_name(name: object) -> str:
-    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-        raise ValueError(
-            f"queue name {name!r} is invalid: use 1 to 64 of letters, digits and _ . : -"
-        )
-    return name
-
-
-def validate_priority(priority: object) -> int:
-    if (
-        isinstance(priority, bool)
-        or not isinstance(priority, int)
-        or not PRIORITY_MIN <= priority <= PRIORITY_MAX
-    ):
-        raise ValueError(
-            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, not {priority!r}"
-        )
-    return priority
-
-
 def validate_run_at(run_at: object) -> None:
     if isinstance(run_at, timedelta):
         if not timedelta(0) <= run_at <= MAX_DELAY:
@@ -261,24 +230,6 @@ def validate_run_at(run_at: object) -> None:
             raise ValueError(f"run_at must be timezone-aware, not the naive {run_at.isoformat()}")
     else:
         raise TypeError(f"run_at must be a datetime or a timedelta, not {type(run_at).__name__}")
-
-
-def parse_retention(retention: Mapping[str, object]) -> dict[str, float | None]:
-    """A per-job override: seconds to keep the job in each named terminal state; None = forever."""
-    if not isinstance(retention, Mapping):
-        raise TypeError(f"retention must be a dict, not {type(retention).__name__}")
-    parsed: dict[str, float | None] = {}
-    for state, value in retention.items():
-        if state not in RETAINED_STATES:
-            raise ValueError(
-                f"retention key {state!r} is not a terminal state: use {', '.join(RETAINED_STATES)}"
-            )
-        parsed[state] = (
-            None
-            if value is None
-            else parse_duration(value, name=f"retention[{state!r}]").total_seconds()
-        )
-    return parsed
 
 
 def validate_cron(expression: object) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import hashlib
 import itertools
@@ -14,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from django.apps import apps
 from django.db import connections, transaction
 from django.db.models.base import ModelState
 from psycopg.copy import QueuedLibpqWriter
@@ -21,12 +23,17 @@ from psycopg.types.json import Jsonb
 
 from django_eddyq import db, sql
 from django_eddyq.arguments import dumps, normalize_arguments, normalize_json
-from django_eddyq.base import validate_queue_name
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.vocabulary import validate_queue_name
 
 if TYPE_CHECKING:
-    from django_eddyq.base import Task
     from django_eddyq.models import Job
+    from django_eddyq.tasks import Task
+
+# The batch that jobs enqueued here (this thread, this async task) join; set by ``batch()``.
+current_batch: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "eddyq_current_batch", default=None
+)
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -58,9 +65,7 @@ class JobSpec:
         cls, task: Task[Any, Any], calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
     ) -> list[JobSpec]:
         """One spec per call of ``task``; what the task decides is looked up once, not per job."""
-        from django_eddyq.batches import current_batch
-
-        run_at, delay = _due(task.run_at)
+        run_at, delay = due_time(task.run_at)
         queue = task.queue if task.queue is not None else default_queue()
         max_attempts = (
             task.max_attempts if task.max_attempts is not None else eddyq_settings.MAX_ATTEMPTS
@@ -109,8 +114,9 @@ def default_queue() -> str:
     return validate_queue_name(eddyq_settings.DEFAULT_QUEUE)
 
 
-def _due(run_at: datetime | timedelta | None) -> tuple[datetime | None, float]:
-    """An absolute time, or a delay the database adds to its own clock."""
+def due_time(run_at: datetime | timedelta | None) -> tuple[datetime | None, float]:
+    """``run_at`` as ``(time, delay)``: an absolute time, or a delay (in seconds) that the
+    database adds to its own clock."""
     if isinstance(run_at, datetime):
         return run_at, 0.0
     if isinstance(run_at, timedelta):
@@ -217,8 +223,7 @@ def _copy_calls(
     arguments between two fixed pieces of text, and each ``Job`` a copy of one dict. While a
     chunk of calls is checked and written, a writer thread sends the previous one.
     """
-    from django_eddyq.models import Job
-
+    job_model = _job_model()
     with transaction.atomic(using=alias), bound_cursor(alias) as cursor:
         cursor.execute(sql.RESERVE_JOB_IDS, {"count": len(calls)})
         now, ids = cursor.fetchone()  # type: ignore[misc]
@@ -250,7 +255,7 @@ def _copy_calls(
                     lines.append(f"{job_id}{head}{_copy_json(args)}\t{_copy_json(kwargs)}{tail}")
                     jobs.append(
                         _job(
-                            Job,
+                            job_model,
                             alias,
                             fields,
                             job_id,
@@ -316,8 +321,6 @@ def _insert_unique(
     Enforced by the unique index, so concurrent enqueues of one key make one row: the second
     waits for the first's transaction and then finds its job.
     """
-    from django_eddyq.models import Job
-
     keys = [spec.unique_key for spec in specs]
     windows = [spec.unique_for for spec in specs]
     with transaction.atomic(using=alias), bound_cursor(alias) as cursor:
@@ -330,7 +333,7 @@ def _insert_unique(
         by_key[job.unique_key] = job
     missing = [key for key in keys if key not in by_key]
     if missing:
-        holders = Job.all_objects.using(alias).filter(unique_key__in=missing)
+        holders = _job_model().all_objects.using(alias).filter(unique_key__in=missing)
         by_key.update((holder.unique_key, holder) for holder in holders)
     return [by_key[key] for key in keys]
 
@@ -377,11 +380,10 @@ def _queues_to_touch(alias: str, queues: set[str], *, django_transaction: bool) 
 
 def _jobs(alias: str, specs: Sequence[JobSpec], rows: Sequence[tuple[Any, ...]]) -> list[Job]:
     """The inserted jobs as model instances."""
-    from django_eddyq.models import Job
-
+    job_model = _job_model()
     return [
         _job(
-            Job,
+            job_model,
             alias,
             _job_fields(spec, state, run_at, created_at, unique_key),
             job_id,
@@ -430,6 +432,13 @@ def _job_fields(
         "metadata": None,
         "_state": None,
     }
+
+
+def _job_model() -> type[Job]:
+    """The ``Job`` model, from Django's app registry: importing it here would need the apps
+    ready whenever the package is imported, which settings and tasks modules do early."""
+    model: type[Job] = apps.get_model("django_eddyq", "Job")
+    return model
 
 
 def _job(

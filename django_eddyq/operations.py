@@ -1,0 +1,131 @@
+"""Operations on jobs, queues and batches from the outside: cancel and retry a job, pause and
+resume a queue, complete the batches whose jobs have all ended. Each is one short transaction,
+with the notifications it owes; the models' methods, the admin and the worker call them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connections, transaction
+
+from django_eddyq import sql
+from django_eddyq.arguments import loads
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
+from django_eddyq.retention import parse_retention
+from django_eddyq.vocabulary import (
+    TERMINAL_STATES,
+    JobState,
+    validate_priority,
+    validate_queue_name,
+)
+
+MAX_INT4 = 2**31 - 1
+
+
+def cancel_job(job_id: int) -> bool:
+    alias = eddyq_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.CANCEL_JOB, {"id": job_id})
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        _job_id, state, batch_id = row[:3]
+        if state == JobState.CANCELLED and batch_id is not None:
+            complete_batches(cursor, [batch_id])
+    return True
+
+
+def retry_job(job_id: int) -> bool:
+    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql.RETRY_JOB, {"id": job_id})
+        if cursor.fetchone() is not None:
+            return True
+        cursor.execute(sql.JOB_STATE, {"id": job_id})
+        row = cursor.fetchone()
+    if row is not None and row[0] == JobState.COMPLETED:
+        raise ValueError(f"job {job_id} completed: a completed job cannot be retried")
+    return False
+
+
+def set_queue_paused(name: str, *, paused: bool) -> None:
+    """Pause or resume the queue ``name`` (its row created if needed); resuming wakes idle
+    workers at once."""
+    validate_queue_name(name)
+    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql.SET_QUEUE_PAUSED, {"name": name, "paused": paused})
+        if not paused:
+            cursor.execute(sql.NOTIFY_QUEUE, {"name": name})
+
+
+def complete_batches(cursor: Any, batch_ids: Sequence[int]) -> list[int]:
+    """Complete those of the batches whose jobs have all ended, enqueuing their callbacks.
+
+    Call it in the transaction that ended the jobs, on a Django or a psycopg cursor. Returns
+    the ids of the batches it completed.
+    """
+    ids = sorted(set(batch_ids))
+    cursor.execute(sql.LOCK_PENDING_BATCHES, {"ids": ids})
+    if not cursor.fetchall():
+        return []
+    cursor.execute(sql.COMPLETE_BATCHES, {"ids": ids})
+    completed = []
+    for batch_id, task, args, kwargs, metadata, counts in cursor.fetchall():
+        completed.append(batch_id)
+        if not task:
+            continue
+        spec = _callback_spec(batch_id, task, _json(args), _json(kwargs), _json(metadata))
+        counted = _json(counts)
+        if isinstance(spec.kwargs, dict):
+            spec.kwargs["counts"] = {state: counted.get(state, 0) for state in TERMINAL_STATES}
+        [callback] = insert_jobs([spec], cursor=cursor)
+        cursor.execute(sql.SET_BATCH_CALLBACK_JOB, {"id": batch_id, "job_id": callback.pk})
+    return completed
+
+
+def _callback_spec(batch_id: int, task: str, args: Any, kwargs: Any, metadata: Any) -> JobSpec:
+    """The callback job of a batch, from its row. A row edited into something ``batch()`` never
+    writes still gets its callback job: options that make no sense take their defaults, and
+    arguments of the wrong kind are stored as they are, so that the callback job fails saying
+    so (``MalformedJob``) rather than the pass that completed the batch."""
+    options = metadata if isinstance(metadata, dict) else {}
+    max_attempts = options.get("callback_max_attempts")
+    return JobSpec(
+        task=task,
+        args=args,
+        kwargs={**kwargs, "batch_id": batch_id} if isinstance(kwargs, dict) else kwargs,
+        queue=_or_default(validate_queue_name, options.get("callback_queue"), default_queue()),
+        priority=_or_default(validate_priority, options.get("callback_priority"), 0),
+        max_attempts=(
+            max_attempts
+            if type(max_attempts) is int and 1 <= max_attempts <= MAX_INT4
+            else eddyq_settings.MAX_ATTEMPTS
+        ),
+        run_at=None,
+        delay=0.0,
+        retention=_or_default(parse_retention, options.get("callback_retention"), None),
+        metadata={"batch_callback": batch_id},
+    )
+
+
+def _or_default[T, D](validate: Callable[[Any], T], value: object, default: D) -> T | D:
+    """``validate(value)``, or ``default`` if it is None or invalid."""
+    if value is None:
+        return default
+    try:
+        return validate(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _json(value: Any) -> Any:
+    """Django's cursor, and the worker's connection, return jsonb as text. Text that Python
+    cannot read (an integer of too many digits) reads as None: the callback job then fails,
+    saying that its stored value is malformed."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return loads(value)
+    except ValueError:
+        return None
