@@ -27,7 +27,6 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.db.models import Count, Func, OuterRef, Q, Subquery
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, JSONObject
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -883,19 +882,6 @@ class BatchAdmin(EstimatingAdmin):
 
 # Queues.
 
-_QUEUE_AVAILABLE = RawSQL(
-    "SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job WHERE job.state = 'available'"
-    " AND job.queue = eddyq_queues.name LIMIT %s) AS available",
-    (inspection.EXACT_COUNT_LIMIT + 1,),
-    output_field=models.IntegerField(),
-)
-_QUEUE_RUNNING = RawSQL(
-    "SELECT count(*) FROM eddyq_jobs AS job WHERE job.state = 'running'"
-    " AND job.queue = eddyq_queues.name",
-    (),
-    output_field=models.IntegerField(),
-)
-
 
 @admin.register(Queue)
 class QueueAdmin(EddyqAdmin):
@@ -925,9 +911,7 @@ class QueueAdmin(EddyqAdmin):
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         queryset: models.QuerySet[Any] = (
-            super()
-            .get_queryset(request)
-            .annotate(available_count=_QUEUE_AVAILABLE, running_count=_QUEUE_RUNNING)
+            super().get_queryset(request).annotate(**inspection.queue_counts())
         )
         return queryset
 

@@ -39,8 +39,11 @@ UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
 LEADER_RENEWAL_LATE = "django_eddyq.W002"
 
 # EDDYQ_ variables that are not settings: the system user of django_eddyq.embedded's PostgreSQL,
-# and the data directory that the test project hands down to the processes it starts.
-OTHER_ENVIRONMENT_VARIABLES = frozenset({"EDDYQ_PG_USER", "EDDYQ_EMBEDDED_PGDATA"})
+# the data directory that the test project hands down to the processes it starts, and the
+# switch that has tests/test_statements.py rewrite docs/statements.sql.
+OTHER_ENVIRONMENT_VARIABLES = frozenset(
+    {"EDDYQ_PG_USER", "EDDYQ_EMBEDDED_PGDATA", "EDDYQ_WRITE_STATEMENTS"}
+)
 
 type AppConfigs = Sequence[AppConfig] | None
 

@@ -3,13 +3,13 @@
 Nothing here reads more rows than a bounded number, however many jobs there are: a count stops
 at ``EXACT_COUNT_LIMIT`` and past that becomes an estimate, from the planner's statistics;
 queue names come from the queue table and task paths from a skip scan of their index, never from
-a scan of every job.
+a scan of every job. Their SQL is in ``sql.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db import connections, models
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import ELECTION
 from django_eddyq.models import Job, Leader, Queue
-from django_eddyq.retention import job_expiries
+from django_eddyq.retention import Retention, job_expiries
 from django_eddyq.vocabulary import TERMINAL_STATES
 
 if TYPE_CHECKING:
@@ -53,10 +55,7 @@ def table_estimate(model: type[models.Model], using: str) -> int | None:
     """The planner's estimate of the rows of ``model``'s table (``pg_class.reltuples``), or
     None if the table has never been vacuumed or analyzed."""
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-            [model._meta.db_table],
-        )
+        cursor.execute(sql.TABLE_ESTIMATE, {"table": model._meta.db_table})
         row = cursor.fetchone()
     if row is None or row[0] is None or row[0] < 0:
         return None
@@ -198,32 +197,15 @@ class LeaderStatus:
     active: bool
 
 
-# The queues of the queue table (enqueues and workers keep a row for every queue in use), with
-# their available jobs counted up to a limit along eddyq_jobs_queue_claim_idx and their running
-# jobs along eddyq_jobs_lease_idx (no more than the fleet runs at once).
-QUEUE_OVERVIEW = """
-SELECT queue.name, queue.paused_at,
-       (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                              WHERE job.state = 'available' AND job.queue = queue.name
-                              LIMIT %(count_limit)s + 1) AS available),
-       (SELECT count(*) FROM eddyq_jobs AS job
-        WHERE job.state = 'running' AND job.queue = queue.name)
-FROM eddyq_queues AS queue
-ORDER BY queue.name
-LIMIT %(limit)s
-"""
-
-# The planner's statistics of eddyq_jobs.state: its most common values, their frequencies,
-# and the table's estimated rows.
-STATE_STATISTICS = """
-SELECT stats.most_common_vals::text::text[], stats.most_common_freqs, class.reltuples
-FROM pg_class AS class
-JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
-LEFT JOIN pg_stats AS stats
-  ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
- AND stats.attname = 'state'
-WHERE class.oid = to_regclass('eddyq_jobs')
-"""
+def queue_counts(count_limit: int = EXACT_COUNT_LIMIT) -> dict[str, RawSQL]:
+    """Annotations of a query of queues: ``available_count``, their available jobs counted up to
+    ``count_limit + 1`` (more than the limit), and ``running_count``, their running jobs."""
+    return {
+        "available_count": RawSQL(
+            sql.QUEUE_AVAILABLE_JOBS, (count_limit + 1,), output_field=models.IntegerField()
+        ),
+        "running_count": RawSQL(sql.QUEUE_RUNNING_JOBS, (), output_field=models.IntegerField()),
+    }
 
 
 def queue_names(using: str | None = None, limit: int = QUEUE_LIMIT) -> list[str]:
@@ -232,31 +214,30 @@ def queue_names(using: str | None = None, limit: int = QUEUE_LIMIT) -> list[str]
     return list(queues.values_list("name", flat=True)[:limit])
 
 
-# The distinct tasks of the jobs eddyq_jobs_task_idx holds (all but the available and running
-# ones), by a skip scan of it: each step one index probe for the next task after the previous
-# one; the LIMIT stops the recursion. The state test is the index's own predicate.
-TASK_NAMES = """
-WITH RECURSIVE tasks(task) AS (
-    (SELECT task FROM eddyq_jobs
-     WHERE NOT (state IN ('available', 'running'))
-     ORDER BY task LIMIT 1)
-    UNION ALL
-    SELECT (SELECT job.task FROM eddyq_jobs AS job
-            WHERE job.task > previous.task AND NOT (job.state IN ('available', 'running'))
-            ORDER BY job.task LIMIT 1)
-    FROM tasks AS previous
-    WHERE previous.task IS NOT NULL
-)
-SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
-"""
-
-
 def task_names(using: str | None = None, limit: int = TASK_LIMIT) -> list[str]:
     """The first ``limit`` task paths of the jobs that are neither available nor running
     (expired ones included), sorted."""
     with connections[using or eddyq_settings.DATABASE].cursor() as cursor:
-        cursor.execute(TASK_NAMES, {"limit": limit})
+        cursor.execute(sql.TASK_NAMES, {"limit": limit})
         return [name for (name,) in cursor.fetchall()]
+
+
+def state_counts_query(retention: Retention, limit: int) -> tuple[str, list[Any]]:
+    """The statement that counts jobs per state for the overview, each count stopping at
+    ``limit``, and its parameters: ``sql.state_counts_statement`` with each terminal state's
+    expired jobs being those ``Job.objects`` hides under RETENTION ``retention`` (by the
+    cleaner's own conditions)."""
+    expiries = job_expiries(retention)
+    expired: dict[str, str] = {}
+    # In the order of the statement's placeholders: a limit for each state, then each terminal
+    # state's conditions and a limit, then the limit of the stuck jobs.
+    params: list[Any] = [limit] * len(Job.State.values)
+    for state in TERMINAL_STATES:
+        own = [expiry for expiry in expiries if expiry.state == state]
+        expired[state] = " OR ".join(f"({expiry.sql})" for expiry in own)
+        params.extend([*(param for expiry in own for param in expiry.params), limit])
+    params.append(limit)
+    return sql.state_counts_statement(expired), params
 
 
 class Overview:
@@ -270,46 +251,25 @@ class Overview:
     @cached_property
     def _state_counts(self) -> tuple[dict[str, int], int]:
         """Counts of visible jobs per state, and of running jobs past their lease, each stopping
-        past ``count_limit``: one query of index scans, most of them index-only.
+        past ``count_limit``: one query.
 
-        A terminal state's count is all its jobs minus the expired ones (those ``Job.objects``
-        hides, by the cleaner's own conditions), so that neither reads the heap for more rows
-        than expired ones: few, while the cleaner keeps up. Past the limit the difference is
-        meaningless, but then the count is an estimate anyway.
+        A terminal state's count is all its jobs minus the expired ones. Past the limit the
+        difference is meaningless, but then the count is an estimate anyway.
         """
-        table = Job._meta.db_table
-        limit = self.count_limit + 1
-        expiries = job_expiries(eddyq_settings.RETENTION)
-        parts: list[str] = []
-        params: list[Any] = []
-
-        def capped(condition: str, condition_params: Sequence[Any] = ()) -> None:
-            parts.append(
-                f"(SELECT count(*) FROM (SELECT FROM {table} WHERE {condition} LIMIT %s) AS c)"
-            )
-            params.extend([*condition_params, limit])
-
-        for state in Job.State.values:
-            capped("state = %s", [state])
-        for state in TERMINAL_STATES:
-            own = [expiry for expiry in expiries if expiry.state == state]
-            capped(
-                " OR ".join(f"({expiry.sql})" for expiry in own),
-                [param for expiry in own for param in expiry.params],
-            )
-        capped("state = 'running' AND locked_until < now()")
+        statement, params = state_counts_query(eddyq_settings.RETENTION, self.count_limit + 1)
         with connections[self.using].cursor() as cursor:
-            cursor.execute("SELECT " + ", ".join(parts), params)
-            row = cursor.fetchone()
-        counts = dict(zip(Job.State.values, row, strict=False))
-        for state, expired in zip(TERMINAL_STATES, row[len(Job.State.values) :], strict=False):
+            cursor.execute(statement, params)
+            columns = [column.name for column in cursor.description]
+            counted = dict(zip(columns, cursor.fetchone(), strict=True))
+        counts = {state: counted[state] for state in Job.State.values}
+        for state in TERMINAL_STATES:
             if counts[state] <= self.count_limit:
-                counts[state] -= expired
-        return counts, row[-1]
+                counts[state] -= counted[f"{state}_expired"]
+        return counts, counted["stuck"]
 
     def _state_estimates(self) -> dict[str, int]:
         with connections[self.using].cursor() as cursor:
-            cursor.execute(STATE_STATISTICS)
+            cursor.execute(sql.STATE_STATISTICS)
             row = cursor.fetchone()
         if row is None or row[0] is None or row[1] is None or not row[2] or row[2] < 0:
             return {}
@@ -343,12 +303,12 @@ class Overview:
 
     @cached_property
     def queues(self) -> list[QueueStatus]:
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(
-                QUEUE_OVERVIEW,
-                {"limit": QUEUE_LIMIT, "count_limit": self.count_limit},
-            )
-            rows = cursor.fetchall()
+        queues: models.QuerySet[Any] = Queue.objects.using(self.using).annotate(
+            **queue_counts(self.count_limit)
+        )
+        rows = queues.order_by("name").values_list(
+            "name", "paused_at", "available_count", "running_count"
+        )[:QUEUE_LIMIT]
         return [
             QueueStatus(name, paused_at, self._count(available, None, ""), running)
             for name, paused_at, available, running in rows

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from psycopg import sql as psql
 
-from django_eddyq import db
+from django_eddyq import db, sql
 from django_eddyq.lifecycle import Loop
 
 logger = logging.getLogger("django_eddyq")
@@ -45,7 +45,7 @@ class Listener(Loop):
         delivered = 0
         with db.connect() as connection:
             for channel in self._subscribers:
-                connection.execute(psql.SQL("LISTEN {}").format(psql.Identifier(channel)))
+                connection.execute(psql.SQL(sql.LISTEN).format(channel=psql.Identifier(channel)))
             while not self.stopping:
                 # Returns at the timeout, so that a stop is noticed within it.
                 for notification in connection.notifies(timeout=LISTEN_TIMEOUT_SECONDS):

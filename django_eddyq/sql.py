@@ -1,30 +1,51 @@
-"""Every SQL statement the queue runs, kept together.
+"""Every SQL statement the package sends, kept together; ``docs/statements.sql`` shows each one
+as PostgreSQL receives it, and ``tests/test_statements.py`` fails when that file is stale.
 
-Statements are parameterised; the only text spliced in is fixed fragments chosen below, never
-input. Times come from the database clock (``now()``) unless a caller injects ``now`` — workers on
-many machines disagree about time, the database does not.
+Each statement is written out as it is sent. Where one has real variants (the claim's LIMIT and
+queue filter, the insert's queue touch and unique conflict, the promotion's queue filter, the
+cleaner's table and condition, the overview's expiry conditions), a function or a template
+renders them from fixed fragments chosen here, never from input; identifiers (a table, an index,
+a channel to LISTEN on) are composed with ``psycopg.sql.Identifier``.
+
+Parameters are named, ``%(name)s``, with one exception: SQL that Django compiles into its own
+queries takes positional ``%s``, as Django's expressions do. That is the retention conditions
+(``Job.objects`` hides expired jobs by them), the statements built around them (the cleaner's
+deletes, the overview's counts per state), and the queue counts that Django's queries of queues
+are annotated with.
+
+Times come from the database clock (``now()``) unless a caller injects ``now``, sent as
+``COALESCE(%(now)s::timestamptz, now())``: workers on many machines disagree about time, the
+database does not.
+
+The comments say why each statement is written as it is; the measurements behind them are in
+``docs/performance.md``.
+
+Not here: the migrations (the schema's history, run once by ``migrate``) and ``embedded.py`` (a
+PostgreSQL for demos and tests, which the queue never imports).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-# Channels for LISTEN/NOTIFY. NOTIFY is transactional: listeners hear only committed work.
+from psycopg import sql as psql
+
+# Notifications. NOTIFY is transactional: listeners hear only committed work. Each statement
+# that notifies spells its channel out; the channels are named here for the listeners.
+
 JOBS_CHANNEL = "eddyq_jobs"  # payload: a queue name that has new available jobs
 SCHEDULED_CHANNEL = "eddyq_scheduled"  # new future work: the scheduler re-reads its next wake
 
-# The database's clock unless a test or an operator injects one.
-NOW = "COALESCE(%(now)s::timestamptz, now())"
+# {channel} is a psycopg.sql.Identifier of one of the channels of this module.
+LISTEN = "LISTEN {channel}"
 
-# Evaluated once per statement over the rows it wrote: wakes workers of the queues that got
-# available jobs, and the scheduler if any job now waits for a future run_at.
-_NOTIFY_QUEUES = f"""
-    SELECT count(pg_notify('{JOBS_CHANNEL}', queue))
-           + (SELECT count(pg_notify('{SCHEDULED_CHANNEL}', ''))
-              FROM (SELECT FROM {{source}} WHERE state IN ('scheduled', 'retryable') LIMIT 1)
-                   AS waiting)
-    FROM (SELECT DISTINCT queue FROM {{source}} WHERE state = 'available') AS woken
-"""
+
+# Enqueue.
+#
+# The statements that write rows (here, and the finish, hand-back and promotion below) wake
+# whoever the rows concern from a subquery evaluated once per statement over the rows written:
+# the workers of the queues that got available jobs, and the scheduler if any job now waits for
+# a future run_at.
 
 # Rows of eddyq_queues for the given queues: created if missing, their updated_at touched unless
 # recent. SKIP LOCKED: an enqueue never waits for another transaction's touch.
@@ -43,6 +64,9 @@ _TOUCH_QUEUES = """
 )
 """
 
+# Jobs given as arrays, an element each: enqueue_many below COPY's threshold, and an enqueue
+# with a unique key or whose queue row is due for a touch. {touch_queues} is _TOUCH_QUEUES or
+# nothing, {on_conflict} skips the jobs whose unique key is held, or is nothing.
 _INSERT_JOBS = """
 WITH input AS (
     SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
@@ -68,27 +92,32 @@ WITH input AS (
     {on_conflict}
     RETURNING id, state, run_at, created_at, queue, unique_key
 )
-SELECT id, state, run_at, created_at, unique_key, ({notify})
+SELECT id, state, run_at, created_at, unique_key, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
 FROM inserted
 ORDER BY id
 """
 
 
-def insert_jobs_statement(*, touch_queues: bool, unique: bool) -> str:
+def _insert_jobs_statement(*, touch_queues: bool, unique: bool) -> str:
     """The insert, creating and touching queue rows or not, skipping unique conflicts or not."""
     return _INSERT_JOBS.format(
         touch_queues=_TOUCH_QUEUES if touch_queues else "",
         on_conflict=(
             "ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING" if unique else ""
         ),
-        notify=_NOTIFY_QUEUES.format(source="inserted"),
     )
 
 
 # One job, when its queue row needs no touch and it has no unique key (most enqueue() calls):
 # scalar parameters and no CTEs, which costs the server far less to plan than the unnest form.
 # Its JSON comes as text, written by arguments.dumps, cheaper than psycopg's JSON adapter.
-INSERT_ONE_JOB = f"""
+INSERT_ONE_JOB = """
 INSERT INTO eddyq_jobs (
     task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
     errors, retention, metadata, batch_id
@@ -100,53 +129,70 @@ SELECT %(task)s, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s, %(priority)s,
 FROM (SELECT COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s))) AS due(at)
 RETURNING id, state, run_at, created_at, unique_key, (
     SELECT count(*) FROM (
-        SELECT CASE WHEN state = 'available' THEN pg_notify('{JOBS_CHANNEL}', queue)
-                    ELSE pg_notify('{SCHEDULED_CHANNEL}', '') END
+        SELECT CASE WHEN state = 'available' THEN pg_notify('eddyq_jobs', queue)
+                    ELSE pg_notify('eddyq_scheduled', '') END
     ) AS sent
 )
 """
 
+# The unnest insert's four variants, keyed by (touch_queues, unique).
 INSERT_JOBS = {
-    (touch, unique): insert_jobs_statement(touch_queues=touch, unique=unique)
+    (touch, unique): _insert_jobs_statement(touch_queues=touch, unique=unique)
     for touch in (False, True)
     for unique in (False, True)
 }
 
 # Large enqueues: ids and the transaction's now() first, then COPY, then what the INSERT's CTEs
-# would have done. The sequence is named as a constant: found at run time, by
-# pg_get_serial_sequence or from a subquery, each nextval cost ten times as much.
-JOB_ID_SEQUENCE = "eddyq_jobs_id_seq"
-RESERVE_JOB_IDS = f"""
+# would have done. The sequence is named in the text: found at run time, by
+# pg_get_serial_sequence or from a subquery, it made every nextval far dearer.
+RESERVE_JOB_IDS = """
 SELECT now(), array(
-    SELECT nextval('{JOB_ID_SEQUENCE}') FROM generate_series(1, %(count)s)
+    SELECT nextval('eddyq_jobs_id_seq') FROM generate_series(1, %(count)s)
 )
 """
 
-# created_at, and run_at when it is the enqueue's own now(), are left to their column default:
-# the same now() of the same transaction, without PostgreSQL parsing two timestamps a row
-# (a tenth to a fifth of a row's cost to COPY, PG 18).
-_COPY_JOBS = """
+# A job due later has its run_at in the rows.
+COPY_JOBS = """
 COPY eddyq_jobs (
-    id, task, args, kwargs, queue, priority, state, attempt, max_attempts,{run_at}
+    id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at,
     errors, retention, metadata, batch_id
 ) FROM STDIN
 """
-COPY_JOBS = _COPY_JOBS.format(run_at=" run_at,")
-COPY_JOBS_RUN_AT_NOW = _COPY_JOBS.format(run_at="")
 
-CREATE_AND_TOUCH_QUEUES = (
-    """
-WITH input AS (SELECT unnest(%(queues)s::text[]) AS queue)"""
-    + _TOUCH_QUEUES
-    + """
+# created_at, and run_at when it is the enqueue's own now(), are left to their column default:
+# the same now() of the same transaction, without PostgreSQL parsing two timestamps a row, a
+# good part of what a row costs to COPY.
+COPY_JOBS_RUN_AT_NOW = """
+COPY eddyq_jobs (
+    id, task, args, kwargs, queue, priority, state, attempt, max_attempts,
+    errors, retention, metadata, batch_id
+) FROM STDIN
+"""
+
+# After a COPY, the queue row as the insert's touch would have made it.
+CREATE_AND_TOUCH_QUEUES = """
+WITH input AS (
+    SELECT unnest(%(queues)s::text[]) AS queue
+), created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
 SELECT 1
 """
-)
 
-NOTIFY_NEW_JOBS = f"""
-SELECT count(pg_notify('{JOBS_CHANNEL}', queue)) FROM unnest(%(available_queues)s::text[]) AS queue
+# After a COPY, the wake-up the insert would have sent.
+NOTIFY_NEW_JOBS = """
+SELECT count(pg_notify('eddyq_jobs', queue)) FROM unnest(%(available_queues)s::text[]) AS queue
 UNION ALL
-SELECT count(pg_notify('{SCHEDULED_CHANNEL}', '')) WHERE %(scheduled)s
+SELECT count(pg_notify('eddyq_scheduled', '')) WHERE %(scheduled)s
 """
 
 # Before a unique insert: failed and cancelled jobs, and completed ones older than the
@@ -161,6 +207,11 @@ WHERE job.unique_key = held.unique_key
                 OR job.finalized_at <= now() - make_interval(secs => held.window_seconds))))
 """
 
+
+# Claim, finish, heartbeat: a worker's pass.
+
+# The queues of the jobs a worker claimed, touched now and then so that the queue cleaner keeps
+# their rows.
 TOUCH_QUEUES = """
 UPDATE eddyq_queues SET updated_at = now()
 WHERE name IN (
@@ -175,8 +226,8 @@ WHERE name IN (
 # Paused queues are left out by NOT IN, which stays a filter on a hash of the paused queues'
 # names, applied to the claim index's ordered scan: the first jobs found are the ones taken.
 # (NOT EXISTS becomes an anti-join, which the planner expects to leave almost no jobs once it
-# knows eddyq_queues holds every queue; it then read and sorted every available job per
-# claim: 11 ms instead of 0.1 ms with 30,000 waiting. queue <> ALL(ARRAY(...)) did the same.)
+# knows eddyq_queues holds every queue; it then read and sorted every available job at each
+# claim, far slower with a backlog waiting. queue <> ALL(ARRAY(...)) did the same.)
 # The names are a primary key, never NULL, so NOT IN means what it says.
 _CLAIM = """
 WITH picked AS (
@@ -208,7 +259,7 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
 
     The LIMIT is part of the text, not a parameter: for a parameter the planner assumes a tenth
     of the table, so the generic plan of a prepared claim always looked dearer than a custom one
-    and the claim was planned anew at every pass (0.15 ms, as long as it took to run). Each
+    and the claim was planned anew at every pass, which took as long as running it. Each
     limit is then a statement of its own, planned once. One queue is an equality, which the
     queue index answers in claim order.
     """
@@ -224,11 +275,11 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
 # Sent before a claim from any queue, in its transaction, so that the claim is planned as it
 # should always run: the ordered scan of the claim index, stopped at the LIMIT. With no
 # statistics (a new table, or one truncated or restored, until autovacuum's first ANALYZE) the
-# planner expected a few dozen available jobs and chose to read every one and sort them: 90 ms
-# to claim 64 jobs with 300,000 waiting, instead of under a millisecond. A claim from one queue
-# needs no such help (its equality is answered in order by the queue index, statistics or not);
-# a claim from several keeps the planner's choice: the queue index, the one that finds a rare
-# queue's jobs without reading the others', gives them in order only one queue at a time.
+# planner expected a few dozen available jobs and chose to read every one and sort them, which
+# with a large backlog made each claim far slower. A claim from one queue needs no such help
+# (its equality is answered in order by the queue index, statistics or not); a claim from
+# several keeps the planner's choice: the queue index, the one that finds a rare queue's jobs
+# without reading the others', gives them in order only one queue at a time.
 # set_config(..., true) rather than SET LOCAL, which outside BEGIN (a pipeline's statements are
 # outside it) logs a WARNING on the server at every pass.
 CLAIM_WITHOUT_SORT = "SELECT set_config('enable_sort', 'off', true)"
@@ -237,14 +288,14 @@ CLAIM_WITHOUT_SORT = "SELECT set_config('enable_sort', 'off', true)"
 # The finish and the heartbeat test a job's state as (state = 'running') IS TRUE: written
 # plainly, the test lets the planner read eddyq_jobs_lease_idx whenever its statistics say few
 # jobs run (in a queue table they are often stale), and walk every running job of every worker
-# (and the dead entries of recent claims) instead of looking the given ids up by primary key:
-# 20 ms instead of 0.3 ms for 10 jobs among 5,000 running.
+# (and the dead entries of recent claims) instead of looking the given ids up by primary key,
+# far slower with thousands of jobs running.
 
 # Ends attempts, one statement per batch of finished jobs. Fenced: only a job still running
 # under this worker and this attempt changes, so a late finish never overwrites a rescue.
 # The outcomes come as one JSON array of objects (keys left out are null): one parameter that one
-# json.dumps writes, where seven arrays took psycopg's array adapters a third of a pass's Python.
-FINISH_JOBS = f"""
+# json.dumps writes, where seven arrays took psycopg's array adapters much of a pass's Python.
+FINISH_JOBS = """
 WITH outcome AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
         id bigint, attempt integer, state text, result jsonb, error jsonb, delay float8,
@@ -274,7 +325,13 @@ WITH outcome AS (
       AND job.attempt = outcome.attempt
     RETURNING job.id, job.state, job.queue
 )
-SELECT id, state, ({_NOTIFY_QUEUES.format(source="finished")}) FROM finished
+SELECT id, state, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM finished WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM finished WHERE state = 'available') AS woken
+) FROM finished
 """
 
 # One statement renews the lease of every job this worker runs; jobs not returned are no
@@ -290,7 +347,7 @@ RETURNING id, cancel_requested_at IS NOT NULL
 # could not be read): the jobs running under this worker that it does not know of go back, their
 # attempt given back, since no handler ever started them; one whose cancellation was asked for
 # ends cancelled instead. The lease index holds just the running jobs.
-HAND_BACK_STRAYS = f"""
+HAND_BACK_STRAYS = """
 WITH handed_back AS (
     UPDATE eddyq_jobs AS job
     SET state = CASE WHEN job.cancel_requested_at IS NULL THEN 'available' ELSE 'cancelled' END,
@@ -303,13 +360,22 @@ WITH handed_back AS (
       AND job.id <> ALL(%(known)s::bigint[])
     RETURNING job.id, job.state, job.queue, job.batch_id
 )
-SELECT id, state, batch_id, ({_NOTIFY_QUEUES.format(source="handed_back")}) FROM handed_back
+SELECT id, state, batch_id, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM handed_back WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM handed_back WHERE state = 'available') AS woken
+) FROM handed_back
 """
 
-_PROMOTE_DUE = f"""
+# Scheduled and retryable jobs whose time has come, made available: by the scheduler, from any
+# queue, and by a burst worker, from the queues it claims from or any.
+_PROMOTE_DUE = """
 WITH due AS (
     SELECT id FROM eddyq_jobs
-    WHERE state IN ('scheduled', 'retryable') AND run_at <= {NOW} {{queue_filter}}
+    WHERE state IN ('scheduled', 'retryable')
+      AND run_at <= COALESCE(%(now)s::timestamptz, now()){queue_filter}
     ORDER BY run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -318,10 +384,16 @@ WITH due AS (
     FROM due WHERE job.id = due.id
     RETURNING job.queue, job.state
 )
-SELECT count(*), ({_NOTIFY_QUEUES.format(source="promoted")}) FROM promoted
+SELECT count(*), (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM promoted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE state = 'available') AS woken
+) FROM promoted
 """
 PROMOTE_DUE_ANY_QUEUE = _PROMOTE_DUE.format(queue_filter="")
-PROMOTE_DUE_FROM_QUEUES = _PROMOTE_DUE.format(queue_filter="AND queue = ANY(%(queues)s::text[])")
+PROMOTE_DUE_FROM_QUEUES = _PROMOTE_DUE.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
 
 
 # Maintenance: rescuer, scheduler, periodic enqueuer.
@@ -329,18 +401,18 @@ PROMOTE_DUE_FROM_QUEUES = _PROMOTE_DUE.format(queue_filter="AND queue = ANY(%(qu
 # Running jobs whose lease has passed: the lease decides, never the job's age.
 # The lease's end is read as text, for the error entry: a row may hold a time that no Python
 # datetime can (-infinity).
-SELECT_STUCK_JOBS = f"""
+SELECT_STUCK_JOBS = """
 SELECT id, task, attempt, max_attempts, locked_by, locked_until::text,
        cancel_requested_at IS NOT NULL
 FROM eddyq_jobs
-WHERE state = 'running' AND locked_until < {NOW}
+WHERE state = 'running' AND locked_until < COALESCE(%(now)s::timestamptz, now())
 ORDER BY locked_until
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
 # Tests the lease again, as the row is now: a heartbeat may have renewed it since it was found.
-RESCUE_JOBS = f"""
+RESCUE_JOBS = """
 WITH rescue AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(states)s::text[], %(delays)s::float8[], %(errors)s::jsonb[]
@@ -349,14 +421,19 @@ WITH rescue AS (
     UPDATE eddyq_jobs AS job
     SET state = rescue.state,
         errors = job.errors || jsonb_build_array(
-            rescue.error || jsonb_build_object('at', {NOW})),
+            rescue.error || jsonb_build_object('at', COALESCE(%(now)s::timestamptz, now()))),
         run_at = CASE WHEN rescue.delay IS NULL THEN job.run_at
-                      ELSE {NOW} + make_interval(secs => rescue.delay) END,
-        finalized_at = CASE WHEN rescue.state IN ('failed', 'cancelled') THEN {NOW} END,
+                      ELSE COALESCE(%(now)s::timestamptz, now())
+                           + make_interval(secs => rescue.delay)
+                 END,
+        finalized_at = CASE WHEN rescue.state IN ('failed', 'cancelled')
+                            THEN COALESCE(%(now)s::timestamptz, now()) END,
         locked_by = NULL,
         locked_until = NULL
     FROM rescue
-    WHERE job.id = rescue.id AND job.state = 'running' AND job.locked_until < {NOW}
+    WHERE job.id = rescue.id
+      AND job.state = 'running'
+      AND job.locked_until < COALESCE(%(now)s::timestamptz, now())
     RETURNING job.id, job.state, job.batch_id
 )
 SELECT id, state, batch_id FROM rescued
@@ -364,22 +441,23 @@ SELECT id, state, batch_id FROM rescued
 
 # A job the rescuer cannot rescue (the statement above failed for it alone) is failed with its
 # error entry, touching no column whose value could be what failed.
-SET_ASIDE_STUCK_JOB = f"""
+SET_ASIDE_STUCK_JOB = """
 UPDATE eddyq_jobs
 SET state = 'failed',
-    errors = errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object('at', {NOW})),
-    finalized_at = {NOW},
+    errors = errors || jsonb_build_array(
+        %(error)s::jsonb || jsonb_build_object('at', COALESCE(%(now)s::timestamptz, now()))),
+    finalized_at = COALESCE(%(now)s::timestamptz, now()),
     locked_by = NULL,
     locked_until = NULL
-WHERE id = %(id)s AND state = 'running' AND locked_until < {NOW}
+WHERE id = %(id)s AND state = 'running' AND locked_until < COALESCE(%(now)s::timestamptz, now())
 RETURNING batch_id
 """
 
 # When the next scheduled or retryable job comes due, in seconds from now (negative: overdue). A
 # job due at infinity never is (and PostgreSQL before 17 cannot subtract it); one due at
 # -infinity is promoted by the pass before.
-NEXT_DUE_IN = f"""
-SELECT extract(epoch FROM min(run_at) - {NOW})
+NEXT_DUE_IN = """
+SELECT extract(epoch FROM min(run_at) - COALESCE(%(now)s::timestamptz, now()))
 FROM eddyq_jobs
 WHERE state IN ('scheduled', 'retryable') AND run_at < 'infinity'
 """
@@ -405,9 +483,10 @@ WHERE name = %(name)s AND last_run_at < %(run_at)s
 SELECT_PERIODIC_SCHEDULES = "SELECT name, last_run_at FROM eddyq_periodic"
 
 # A day's grace: during a deploy, workers with old and new schedules take turns leading.
-FORGET_PERIODIC_SCHEDULES = f"""
+FORGET_PERIODIC_SCHEDULES = """
 DELETE FROM eddyq_periodic
-WHERE name <> ALL(%(names)s::text[]) AND updated_at < {NOW} - interval '1 day'
+WHERE name <> ALL(%(names)s::text[])
+  AND updated_at < COALESCE(%(now)s::timestamptz, now()) - interval '1 day'
 """
 
 
@@ -441,7 +520,7 @@ RETURNING leader.expires_at
 
 # Before each statement of a maintenance pass: the server cancels the statement, or ends a
 # session idle in its transaction, once the leader lease this process holds is over. Inside a
-# transaction they are local to it (%s is true); in autocommit they are the session's, and
+# transaction they are local to it (%(local)s is true); in autocommit they are the session's, and
 # RESTORE_TIMEOUTS puts back what FENCE_TIMEOUTS returned once the statement has run, so that
 # no other user of the connection (a pool, PgBouncer) inherits them.
 FENCE_TIMEOUTS = """
@@ -450,36 +529,37 @@ WITH prior AS MATERIALIZED (
            current_setting('idle_in_transaction_session_timeout') AS idle_timeout
 )
 SELECT statement_timeout, idle_timeout,
-       set_config('statement_timeout', %s, %s),
-       set_config('idle_in_transaction_session_timeout', %s, %s)
+       set_config('statement_timeout', %(statement_timeout)s, %(local)s),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, %(local)s)
 FROM prior
 """
 RESTORE_TIMEOUTS = """
-SELECT set_config('statement_timeout', %s, false),
-       set_config('idle_in_transaction_session_timeout', %s, false)
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, false)
 """
 
 # The elector's bound on its own statements, for its transaction only.
 SET_LOCAL_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout)s, true)"
 
-RESIGN_LEADER = f"""
+RESIGN_LEADER = """
 WITH resigned AS (
     UPDATE eddyq_leader SET expires_at = now() - interval '1 millisecond'
     WHERE name = %(name)s AND leader_id = %(leader_id)s
     RETURNING name
 )
-SELECT count(pg_notify('{LEADER_CHANNEL}', name)) FROM resigned
+SELECT count(pg_notify('eddyq_leader', name)) FROM resigned
 """
 
 
 # Retention: the cleaner, the queue cleaner, the reindexer.
 #
-# These take positional parameters: the expiry conditions are shared with Job.objects, which
-# hides expired jobs and is compiled by Django, whose expressions use positional parameters.
-# In a condition, {now} is when it is evaluated (NOW_POSITIONAL for the services, now() for
-# Job.objects), {state}, {finalized_at} and {retention} are column references and {name} is a
-# state of the fixed list. Periods are subtracted in UTC, where a day is always 24 hours
-# whatever the session's TimeZone.
+# The expiry conditions, and the cleaner's statements built around them, take positional
+# parameters: the conditions are shared with Job.objects, which hides expired jobs and is
+# compiled by Django, whose expressions use positional parameters. They are templates, rendered
+# by retention.job_expiries: {now} is when they are evaluated (NOW_POSITIONAL for the cleaner,
+# now() for Job.objects and the overview), {state}, {finalized_at} and {retention} are column
+# references (bare, or as Django compiled them for its query) and {name} is a terminal state.
+# Periods are subtracted in UTC, where a day is always 24 hours whatever the session's TimeZone.
 
 NOW_POSITIONAL = "COALESCE(%s::timestamptz, now())"
 
@@ -504,17 +584,20 @@ JOB_EXPIRED_BY_OVERRIDE = (
     " THEN ({retention} ->> '{name}')::numeric END"
 )
 
-# A batch whose callback has fired, finalized RETENTION["batch"] (%s) ago. Pending batches stay.
+# A batch whose callback has fired, finalized RETENTION["batch"] (the second %s) before the
+# cleaner's now (the first). Pending batches stay.
 BATCH_EXPIRED = (
     "state = 'complete'"
-    " AND finalized_at <= (({now}) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'"
+    " AND finalized_at"
+    " <= (COALESCE(%s::timestamptz, now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'"
 )
 
-# Deletes up to %s rows of {table} matching {condition}, oldest first, skipping rows others
-# hold: short statements that never keep many locks for long. {resume} (RESUME_AFTER) carries
-# on from where the pass's previous batch ended, so that later batches don't walk again over
-# the rows the condition keeps, nor over the dead ones that vacuum has not yet removed.
-DELETE_EXPIRED = """
+# Deletes up to %s rows of {table} (a psycopg.sql.Identifier) matching {condition}, oldest
+# first, skipping rows others hold: short statements that never keep many locks for long.
+# {resume} (_RESUME_AFTER) carries on from where the pass's previous batch ended, so that later
+# batches don't walk again over the rows the condition keeps, nor over the dead ones that
+# vacuum has not yet removed.
+_DELETE_EXPIRED = """
 WITH doomed AS (
     SELECT id FROM {table}
     WHERE {condition}{resume}
@@ -529,17 +612,29 @@ WITH doomed AS (
 )
 SELECT count(*), max(finalized_at) FROM deleted
 """
-RESUME_AFTER = " AND finalized_at >= %s"
+_RESUME_AFTER = " AND finalized_at >= %s"
 
-# Queues not updated within QUEUE_RETENTION (%s), except paused ones (deleting the row would
-# resume them) and those with unfinished jobs. The states are spelled as an OR so that each
-# arm can use the partial index made for it.
-DELETE_STALE_QUEUES = f"""
+
+def delete_expired_statement(table: str, condition: str, *, resume: bool) -> psql.Composed:
+    """The cleaner's delete of the rows of ``table`` matching ``condition`` (an expiry
+    condition above): its first batch, or with ``resume`` a later one."""
+    return psql.SQL(_DELETE_EXPIRED).format(
+        table=psql.Identifier(table),
+        condition=psql.SQL(condition),
+        resume=psql.SQL(_RESUME_AFTER if resume else ""),
+    )
+
+
+# Queues not updated within QUEUE_RETENTION (%(period)s), except paused ones (deleting the row
+# would resume them) and those with unfinished jobs. The states are spelled as an OR so that
+# each arm can use the partial index made for it.
+DELETE_STALE_QUEUES = """
 WITH stale AS (
     SELECT name FROM eddyq_queues AS stale_queue
     WHERE stale_queue.paused_at IS NULL
       AND stale_queue.updated_at
-          <= (({NOW_POSITIONAL}) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'
+          <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
+             AT TIME ZONE 'UTC'
       AND NOT EXISTS (
           SELECT 1 FROM eddyq_jobs AS job
           WHERE job.queue = stale_queue.name
@@ -626,11 +721,11 @@ SET paused_at = CASE WHEN %(paused)s THEN COALESCE(eddyq_queues.paused_at, now()
 RETURNING name
 """
 
-NOTIFY_QUEUE = f"SELECT pg_notify('{JOBS_CHANNEL}', %(name)s)"
+NOTIFY_QUEUE = "SELECT pg_notify('eddyq_jobs', %(name)s)"
 
 # A job not yet running is cancelled at once; a running one is flagged for its worker, which
 # learns of it by notification or at its next heartbeat.
-CANCEL_JOB = f"""
+CANCEL_JOB = """
 WITH cancelled AS (
     UPDATE eddyq_jobs
     SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
@@ -642,12 +737,12 @@ WITH cancelled AS (
     RETURNING id, state, batch_id
 )
 SELECT id, state, batch_id,
-       (SELECT count(pg_notify('{CONTROL_CHANNEL}', 'cancel:' || id)) FROM cancelled
+       (SELECT count(pg_notify('eddyq_control', 'cancel:' || id)) FROM cancelled
         WHERE state = 'running')
 FROM cancelled
 """
 
-RETRY_JOB = f"""
+RETRY_JOB = """
 WITH retried AS (
     UPDATE eddyq_jobs
     SET state = 'available',
@@ -659,7 +754,7 @@ WITH retried AS (
     WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
     RETURNING id, queue
 )
-SELECT id, (SELECT count(pg_notify('{JOBS_CHANNEL}', queue)) FROM retried) FROM retried
+SELECT id, (SELECT count(pg_notify('eddyq_jobs', queue)) FROM retried) FROM retried
 """
 
 JOB_STATE = "SELECT state FROM eddyq_jobs WHERE id = %(id)s"
@@ -699,3 +794,96 @@ RETURNING batch.id, batch.callback_task, batch.callback_args, batch.callback_kwa
 SEAL_BATCH = "UPDATE eddyq_batches SET sealed = true WHERE id = %(id)s"
 
 SET_BATCH_CALLBACK_JOB = "UPDATE eddyq_batches SET callback_job = %(job_id)s WHERE id = %(id)s"
+
+
+# Inspection: the admin's bounded reads (inspection.py).
+
+# The planner's estimate of the rows of the table %(table)s: -1 (or NULL) until it is first
+# vacuumed or analyzed.
+TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s)"
+
+# The planner's statistics of eddyq_jobs.state: its most common values, their frequencies,
+# and the table's estimated rows.
+STATE_STATISTICS = """
+SELECT stats.most_common_vals::text::text[], stats.most_common_freqs, class.reltuples
+FROM pg_class AS class
+JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+LEFT JOIN pg_stats AS stats
+  ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
+ AND stats.attname = 'state'
+WHERE class.oid = to_regclass('eddyq_jobs')
+"""
+
+# Visible jobs per state, and running jobs past their lease, for the overview above the job
+# list: counts that each stop past a limit (each LIMIT %s), past which the overview estimates.
+# Index scans, most of them index-only. A terminal state's visible jobs are all its jobs minus
+# its expired ones ({completed_expired}, ...: retention.job_expiries ORed, with their own
+# positional parameters before the LIMIT's), so that neither count reads the heap for more rows
+# than expired ones: few, while the cleaner keeps up.
+_STATE_COUNTS = """
+SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' LIMIT %s) AS job)
+           AS scheduled,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'available' LIMIT %s) AS job)
+           AS available,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'running' LIMIT %s) AS job)
+           AS running,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'retryable' LIMIT %s) AS job)
+           AS retryable,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'completed' LIMIT %s) AS job)
+           AS completed,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'failed' LIMIT %s) AS job)
+           AS failed,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'cancelled' LIMIT %s) AS job)
+           AS cancelled,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE {completed_expired} LIMIT %s) AS job)
+           AS completed_expired,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE {failed_expired} LIMIT %s) AS job)
+           AS failed_expired,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE {cancelled_expired} LIMIT %s) AS job)
+           AS cancelled_expired,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs
+                              WHERE state = 'running' AND locked_until < now()
+                              LIMIT %s) AS job)
+           AS stuck
+"""
+
+
+def state_counts_statement(expired: Mapping[str, str]) -> str:
+    """The overview's counts per state, ``expired`` giving each terminal state's condition of
+    expiry."""
+    return _STATE_COUNTS.format(
+        **{f"{state}_expired": condition for state, condition in expired.items()}
+    )
+
+
+# A queue's available jobs, counted up to a limit (%s) along eddyq_jobs_queue_claim_idx, and
+# its running jobs, along eddyq_jobs_lease_idx (no more than the fleet runs at once): for the
+# row of eddyq_queues a query of Django's reads (the overview above the job list, the queue
+# list), which annotates it with them.
+QUEUE_AVAILABLE_JOBS = """
+SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                      WHERE job.state = 'available' AND job.queue = eddyq_queues.name
+                      LIMIT %s) AS available
+"""
+QUEUE_RUNNING_JOBS = """
+SELECT count(*) FROM eddyq_jobs AS job
+WHERE job.state = 'running' AND job.queue = eddyq_queues.name
+"""
+
+# The distinct tasks of the jobs eddyq_jobs_task_idx holds (all but the available and running
+# ones), by a skip scan of it: each step one index probe for the next task after the previous
+# one; the LIMIT stops the recursion. The state test is the index's own predicate.
+TASK_NAMES = """
+WITH RECURSIVE tasks(task) AS (
+    (SELECT task FROM eddyq_jobs
+     WHERE NOT (state IN ('available', 'running'))
+     ORDER BY task LIMIT 1)
+    UNION ALL
+    SELECT (SELECT job.task FROM eddyq_jobs AS job
+            WHERE job.task > previous.task AND NOT (job.state IN ('available', 'running'))
+            ORDER BY job.task LIMIT 1)
+    FROM tasks AS previous
+    WHERE previous.task IS NOT NULL
+)
+SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
+"""

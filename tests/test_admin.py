@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_eddyq import inspection, retention
+from django_eddyq import inspection, retention, sql
 from django_eddyq.admin import format_datetime
 from django_eddyq.election import ELECTION
 from django_eddyq.maintenance.cleaner import Cleaner
@@ -305,7 +305,7 @@ def test_task_names_stop_at_their_limit() -> None:
 def test_task_filter_reads_the_task_index() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + inspection.TASK_NAMES, {"limit": 10})
+        cursor.execute("EXPLAIN " + sql.TASK_NAMES, {"limit": 10})
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "eddyq_jobs_task_idx" in plan
     assert "Seq Scan" not in plan

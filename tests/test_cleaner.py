@@ -220,7 +220,7 @@ def test_deletes_in_bounded_batches(now: datetime, monkeypatch: pytest.MonkeyPat
         kept.append(finished("completed", finalized_at, retention={"completed": None}))
     with CaptureQueriesContext(connection) as queries:
         assert Cleaner().run_once(now=now) == 10
-    deletes = [q["sql"] for q in queries if "DELETE FROM eddyq_jobs" in q["sql"]]
+    deletes = [q["sql"] for q in queries if 'DELETE FROM "eddyq_jobs"' in q["sql"]]
     # Completed jobs on the default: 3 + 3 + 3 + 1; then one short statement per other sweep.
     completed_default = [
         statement

@@ -109,9 +109,10 @@ def no_statistics() -> None:
 @pytest.mark.usefixtures("no_statistics")
 def test_a_claim_from_any_queue_is_an_ordered_index_scan_without_statistics() -> None:
     statement = sql.claim_statement(40, None)
-    # What the planner makes of the claim on its own: every available job read, then sorted.
-    assert "Sort Key: eddyq_jobs.priority DESC" in plan(statement, claim_params(None))
-    # The worker sends CLAIM_WITHOUT_SORT first (see the test below).
+    # On its own, the planner may read every available job and sort them (it did, on this
+    # table before it gained a column: its choice follows the table's width). The worker sends
+    # CLAIM_WITHOUT_SORT first (see the test below), which rules the sort out whatever it
+    # estimates.
     with connection.cursor() as cursor:
         cursor.execute(sql.CLAIM_WITHOUT_SORT)
     claim_plan = plan(statement, claim_params(None))
@@ -213,8 +214,6 @@ def test_the_claim_limit_has_few_distinct_values() -> None:
 
 def test_the_job_ids_come_from_the_sequence_large_enqueues_reserve_from() -> None:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_get_serial_sequence('eddyq_jobs', 'id')::regclass = %s::regclass",
-            [sql.JOB_ID_SEQUENCE],
-        )
-        assert cursor.fetchone() == (True,)
+        cursor.execute("SELECT pg_get_serial_sequence('eddyq_jobs', 'id')::regclass::text")
+        (sequence,) = cursor.fetchone()
+    assert f"nextval('{sequence}')" in sql.RESERVE_JOB_IDS

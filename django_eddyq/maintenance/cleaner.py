@@ -46,8 +46,7 @@ class Cleaner(Service):
             deleted += count
         batch_period = bounded_period(retention["batch"])
         if batch_period is not None:
-            condition = sql.BATCH_EXPIRED.format(now=sql.NOW_POSITIONAL)
-            deleted += self.delete_expired("eddyq_batches", condition, (now, batch_period))
+            deleted += self.delete_expired("eddyq_batches", sql.BATCH_EXPIRED, (now, batch_period))
         return deleted
 
     def delete_expired(self, table: str, condition: str, params: Sequence[Any]) -> int:
@@ -56,17 +55,14 @@ class Cleaner(Service):
         deleted = 0
         resume_from: datetime | None = None
         with self.cursor() as cursor:
+            raw = cursor.connection
+            first = sql.delete_expired_statement(table, condition, resume=False).as_string(raw)
+            resumed = sql.delete_expired_statement(table, condition, resume=True).as_string(raw)
             while not self.stopping:
                 if resume_from is None:
-                    statement = sql.DELETE_EXPIRED.format(
-                        table=table, condition=condition, resume=""
-                    )
-                    cursor.execute(statement, [*params, self.batch_size])
+                    cursor.execute(first, [*params, self.batch_size])
                 else:
-                    statement = sql.DELETE_EXPIRED.format(
-                        table=table, condition=condition, resume=sql.RESUME_AFTER
-                    )
-                    cursor.execute(statement, [*params, resume_from, self.batch_size])
+                    cursor.execute(resumed, [*params, resume_from, self.batch_size])
                 count, resume_from = cursor.fetchone()
                 deleted += count
                 if count < self.batch_size:

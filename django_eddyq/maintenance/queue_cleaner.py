@@ -27,7 +27,7 @@ class QueueCleaner(Service):
         period = bounded_period(eddyq_settings.QUEUE_RETENTION)
         if period is None:
             return 0
-        params: list[Any] = [now, period]
+        params: dict[str, Any] = {"now": now, "period": period}
         with self.cursor() as cursor:
             cursor.execute(sql.DELETE_STALE_QUEUES, params)
             (deleted,) = cursor.fetchone()

@@ -134,7 +134,10 @@ class Service(Loop):
         local = not django_connection.get_autocommit()
         raw = django_connection.connection
         with raw.cursor() as cursor:
-            cursor.execute(sql.FENCE_TIMEOUTS, [statement_ms, local, idle_ms, local])
+            cursor.execute(
+                sql.FENCE_TIMEOUTS,
+                {"statement_timeout": statement_ms, "idle_timeout": idle_ms, "local": local},
+            )
             prior_statement_ms, prior_idle_ms, *_ = cursor.fetchone()
         if local:
             return execute(statement, params, many, context)
@@ -142,7 +145,10 @@ class Service(Loop):
             return execute(statement, params, many, context)
         finally:
             with raw.cursor() as cursor:
-                cursor.execute(sql.RESTORE_TIMEOUTS, [prior_statement_ms, prior_idle_ms])
+                cursor.execute(
+                    sql.RESTORE_TIMEOUTS,
+                    {"statement_timeout": prior_statement_ms, "idle_timeout": prior_idle_ms},
+                )
 
     @contextmanager
     def lease_watched(self) -> Iterator[None]:

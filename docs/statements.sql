@@ -1,0 +1,921 @@
+-- Every statement django-eddyq sends, as PostgreSQL receives it: each constant of
+-- django_eddyq/sql.py, and each variant that its functions and templates render, after a
+-- comment naming it. Named parameters show as %(name)s, positional ones as %s: those of the
+-- SQL that Django compiles into its own queries, and of the statements built around it.
+-- The newlines around each statement are left out.
+--
+-- Written by tests/test_statements.py, which fails when this file is stale. Do not edit it:
+-- change sql.py, then rewrite it with
+--     EDDYQ_WRITE_STATEMENTS=1 .venv/bin/python -m pytest tests/test_statements.py
+
+-- sql.LISTEN (channel sql.JOBS_CHANNEL)
+LISTEN "eddyq_jobs"
+
+-- sql.LISTEN (channel sql.SCHEDULED_CHANNEL)
+LISTEN "eddyq_scheduled"
+
+-- sql.LISTEN (channel sql.CONTROL_CHANNEL)
+LISTEN "eddyq_control"
+
+-- sql.LISTEN (channel sql.LEADER_CHANNEL)
+LISTEN "eddyq_leader"
+
+-- sql.INSERT_ONE_JOB
+INSERT INTO eddyq_jobs (
+    task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+    errors, retention, metadata, batch_id
+)
+SELECT %(task)s, %(args)s::jsonb, %(kwargs)s::jsonb, %(queue)s, %(priority)s,
+       CASE WHEN due.at > now() THEN 'scheduled' ELSE 'available' END,
+       0, %(max_attempts)s, due.at, now(), '[]'::jsonb, %(retention)s::jsonb,
+       %(metadata)s::jsonb, %(batch_id)s
+FROM (SELECT COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s))) AS due(at)
+RETURNING id, state, run_at, created_at, unique_key, (
+    SELECT count(*) FROM (
+        SELECT CASE WHEN state = 'available' THEN pg_notify('eddyq_jobs', queue)
+                    ELSE pg_notify('eddyq_scheduled', '') END
+    ) AS sent
+)
+
+-- sql.INSERT_JOBS (no queue touch, no unique key)
+WITH input AS (
+    SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+    ) WITH ORDINALITY AS input(
+        task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
+        metadata, batch_id, unique_key, position
+    )
+), inserted AS (
+    INSERT INTO eddyq_jobs (
+        task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+        errors, retention, metadata, batch_id, unique_key
+    )
+    SELECT task, args, kwargs, queue, priority,
+           CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+    FROM input
+    ORDER BY position
+    
+    RETURNING id, state, run_at, created_at, queue, unique_key
+)
+SELECT id, state, run_at, created_at, unique_key, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+FROM inserted
+ORDER BY id
+
+-- sql.INSERT_JOBS (no queue touch, unique keys)
+WITH input AS (
+    SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+    ) WITH ORDINALITY AS input(
+        task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
+        metadata, batch_id, unique_key, position
+    )
+), inserted AS (
+    INSERT INTO eddyq_jobs (
+        task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+        errors, retention, metadata, batch_id, unique_key
+    )
+    SELECT task, args, kwargs, queue, priority,
+           CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+    FROM input
+    ORDER BY position
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, state, run_at, created_at, queue, unique_key
+)
+SELECT id, state, run_at, created_at, unique_key, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+FROM inserted
+ORDER BY id
+
+-- sql.INSERT_JOBS (queue rows touched, no unique key)
+WITH input AS (
+    SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+    ) WITH ORDINALITY AS input(
+        task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
+        metadata, batch_id, unique_key, position
+    )
+)
+, created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
+, inserted AS (
+    INSERT INTO eddyq_jobs (
+        task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+        errors, retention, metadata, batch_id, unique_key
+    )
+    SELECT task, args, kwargs, queue, priority,
+           CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+    FROM input
+    ORDER BY position
+    
+    RETURNING id, state, run_at, created_at, queue, unique_key
+)
+SELECT id, state, run_at, created_at, unique_key, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+FROM inserted
+ORDER BY id
+
+-- sql.INSERT_JOBS (queue rows touched, unique keys)
+WITH input AS (
+    SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+    ) WITH ORDINALITY AS input(
+        task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
+        metadata, batch_id, unique_key, position
+    )
+)
+, created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
+, inserted AS (
+    INSERT INTO eddyq_jobs (
+        task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+        errors, retention, metadata, batch_id, unique_key
+    )
+    SELECT task, args, kwargs, queue, priority,
+           CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+    FROM input
+    ORDER BY position
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, state, run_at, created_at, queue, unique_key
+)
+SELECT id, state, run_at, created_at, unique_key, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+FROM inserted
+ORDER BY id
+
+-- sql.RESERVE_JOB_IDS
+SELECT now(), array(
+    SELECT nextval('eddyq_jobs_id_seq') FROM generate_series(1, %(count)s)
+)
+
+-- sql.COPY_JOBS
+COPY eddyq_jobs (
+    id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at,
+    errors, retention, metadata, batch_id
+) FROM STDIN
+
+-- sql.COPY_JOBS_RUN_AT_NOW
+COPY eddyq_jobs (
+    id, task, args, kwargs, queue, priority, state, attempt, max_attempts,
+    errors, retention, metadata, batch_id
+) FROM STDIN
+
+-- sql.CREATE_AND_TOUCH_QUEUES
+WITH input AS (
+    SELECT unnest(%(queues)s::text[]) AS queue
+), created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
+SELECT 1
+
+-- sql.NOTIFY_NEW_JOBS
+SELECT count(pg_notify('eddyq_jobs', queue)) FROM unnest(%(available_queues)s::text[]) AS queue
+UNION ALL
+SELECT count(pg_notify('eddyq_scheduled', '')) WHERE %(scheduled)s
+
+-- sql.RELEASE_UNIQUE_KEYS
+UPDATE eddyq_jobs AS job SET unique_key = NULL
+FROM unnest(%(unique_keys)s::text[], %(windows)s::float8[]) AS held(unique_key, window_seconds)
+WHERE job.unique_key = held.unique_key
+  AND (job.state IN ('failed', 'cancelled')
+       OR (job.state = 'completed'
+           AND (held.window_seconds IS NULL
+                OR job.finalized_at <= now() - make_interval(secs => held.window_seconds))))
+
+-- sql.TOUCH_QUEUES
+UPDATE eddyq_queues SET updated_at = now()
+WHERE name IN (
+    SELECT name FROM eddyq_queues
+    WHERE name = ANY(%(queues)s::text[]) AND updated_at < now() - interval '5 seconds'
+    FOR UPDATE SKIP LOCKED
+)
+
+-- sql.CLAIM_WITHOUT_SORT
+SELECT set_config('enable_sort', 'off', true)
+
+-- sql.claim_statement (limit 1, any queue)
+WITH picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' 
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_jobs AS job
+SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE job.id = picked.id
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
+
+-- sql.claim_statement (limit 1, one queue)
+WITH picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_jobs AS job
+SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE job.id = picked.id
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
+
+-- sql.claim_statement (limit 1, several queues)
+WITH picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_jobs AS job
+SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE job.id = picked.id
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
+
+-- sql.claim_statement (limit 16, any queue)
+WITH picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' 
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT 16
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_jobs AS job
+SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE job.id = picked.id
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
+
+-- sql.claim_statement (limit 16, one queue)
+WITH picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT 16
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_jobs AS job
+SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE job.id = picked.id
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
+
+-- sql.claim_statement (limit 16, several queues)
+WITH picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT 16
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_jobs AS job
+SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE job.id = picked.id
+RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+          extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
+          job.metadata
+
+-- sql.FINISH_JOBS
+WITH outcome AS (
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
+        id bigint, attempt integer, state text, result jsonb, error jsonb, delay float8,
+        attempt_given_back integer
+    )
+), finished AS (
+    UPDATE eddyq_jobs AS job
+    SET state = outcome.state,
+        attempt = job.attempt - COALESCE(outcome.attempt_given_back, 0),
+        result = outcome.result,
+        errors = CASE WHEN outcome.error IS NULL THEN job.errors
+                      ELSE job.errors || jsonb_build_array(
+                          outcome.error
+                          || jsonb_build_object('at', now(), 'worker', %(worker_id)s::text))
+                 END,
+        run_at = CASE WHEN outcome.delay IS NULL THEN job.run_at
+                      ELSE now() + make_interval(secs => outcome.delay)
+                 END,
+        finalized_at = CASE WHEN outcome.state IN ('completed', 'failed', 'cancelled')
+                            THEN now() END,
+        locked_by = NULL,
+        locked_until = NULL
+    FROM outcome
+    WHERE job.id = outcome.id
+      AND (job.state = 'running') IS TRUE
+      AND job.locked_by = %(worker_id)s
+      AND job.attempt = outcome.attempt
+    RETURNING job.id, job.state, job.queue
+)
+SELECT id, state, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM finished WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM finished WHERE state = 'available') AS woken
+) FROM finished
+
+-- sql.HEARTBEAT
+UPDATE eddyq_jobs
+SET heartbeat_at = now(), locked_until = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = ANY(%(ids)s::bigint[]) AND (state = 'running') IS TRUE AND locked_by = %(worker_id)s
+RETURNING id, cancel_requested_at IS NOT NULL
+
+-- sql.HAND_BACK_STRAYS
+WITH handed_back AS (
+    UPDATE eddyq_jobs AS job
+    SET state = CASE WHEN job.cancel_requested_at IS NULL THEN 'available' ELSE 'cancelled' END,
+        attempt = GREATEST(job.attempt - 1, 0),
+        finalized_at = CASE WHEN job.cancel_requested_at IS NULL THEN NULL ELSE now() END,
+        locked_by = NULL,
+        locked_until = NULL
+    WHERE job.state = 'running'
+      AND job.locked_by = %(worker_id)s
+      AND job.id <> ALL(%(known)s::bigint[])
+    RETURNING job.id, job.state, job.queue, job.batch_id
+)
+SELECT id, state, batch_id, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM handed_back WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM handed_back WHERE state = 'available') AS woken
+) FROM handed_back
+
+-- sql.PROMOTE_DUE_ANY_QUEUE
+WITH due AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state IN ('scheduled', 'retryable')
+      AND run_at <= COALESCE(%(now)s::timestamptz, now())
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE eddyq_jobs AS job SET state = 'available'
+    FROM due WHERE job.id = due.id
+    RETURNING job.queue, job.state
+)
+SELECT count(*), (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM promoted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE state = 'available') AS woken
+) FROM promoted
+
+-- sql.PROMOTE_DUE_FROM_QUEUES
+WITH due AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state IN ('scheduled', 'retryable')
+      AND run_at <= COALESCE(%(now)s::timestamptz, now()) AND queue = ANY(%(queues)s::text[])
+    ORDER BY run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE eddyq_jobs AS job SET state = 'available'
+    FROM due WHERE job.id = due.id
+    RETURNING job.queue, job.state
+)
+SELECT count(*), (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM promoted WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (SELECT DISTINCT queue FROM promoted WHERE state = 'available') AS woken
+) FROM promoted
+
+-- sql.SELECT_STUCK_JOBS
+SELECT id, task, attempt, max_attempts, locked_by, locked_until::text,
+       cancel_requested_at IS NOT NULL
+FROM eddyq_jobs
+WHERE state = 'running' AND locked_until < COALESCE(%(now)s::timestamptz, now())
+ORDER BY locked_until
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- sql.RESCUE_JOBS
+WITH rescue AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(states)s::text[], %(delays)s::float8[], %(errors)s::jsonb[]
+    ) AS rescue(id, state, delay, error)
+), rescued AS (
+    UPDATE eddyq_jobs AS job
+    SET state = rescue.state,
+        errors = job.errors || jsonb_build_array(
+            rescue.error || jsonb_build_object('at', COALESCE(%(now)s::timestamptz, now()))),
+        run_at = CASE WHEN rescue.delay IS NULL THEN job.run_at
+                      ELSE COALESCE(%(now)s::timestamptz, now())
+                           + make_interval(secs => rescue.delay)
+                 END,
+        finalized_at = CASE WHEN rescue.state IN ('failed', 'cancelled')
+                            THEN COALESCE(%(now)s::timestamptz, now()) END,
+        locked_by = NULL,
+        locked_until = NULL
+    FROM rescue
+    WHERE job.id = rescue.id
+      AND job.state = 'running'
+      AND job.locked_until < COALESCE(%(now)s::timestamptz, now())
+    RETURNING job.id, job.state, job.batch_id
+)
+SELECT id, state, batch_id FROM rescued
+
+-- sql.SET_ASIDE_STUCK_JOB
+UPDATE eddyq_jobs
+SET state = 'failed',
+    errors = errors || jsonb_build_array(
+        %(error)s::jsonb || jsonb_build_object('at', COALESCE(%(now)s::timestamptz, now()))),
+    finalized_at = COALESCE(%(now)s::timestamptz, now()),
+    locked_by = NULL,
+    locked_until = NULL
+WHERE id = %(id)s AND state = 'running' AND locked_until < COALESCE(%(now)s::timestamptz, now())
+RETURNING batch_id
+
+-- sql.NEXT_DUE_IN
+SELECT extract(epoch FROM min(run_at) - COALESCE(%(now)s::timestamptz, now()))
+FROM eddyq_jobs
+WHERE state IN ('scheduled', 'retryable') AND run_at < 'infinity'
+
+-- sql.DATABASE_NOW
+SELECT now()
+
+-- sql.LOCK_PERIODIC_SCHEDULE
+SELECT last_run_at FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE
+
+-- sql.START_PERIODIC_SCHEDULE
+INSERT INTO eddyq_periodic (name, last_run_at, updated_at)
+VALUES (%(name)s, %(run_at)s, now())
+ON CONFLICT (name) DO NOTHING
+
+-- sql.ADVANCE_PERIODIC_SCHEDULE
+UPDATE eddyq_periodic SET last_run_at = %(run_at)s, updated_at = now()
+WHERE name = %(name)s AND last_run_at < %(run_at)s
+
+-- sql.SELECT_PERIODIC_SCHEDULES
+SELECT name, last_run_at FROM eddyq_periodic
+
+-- sql.FORGET_PERIODIC_SCHEDULES
+DELETE FROM eddyq_periodic
+WHERE name <> ALL(%(names)s::text[])
+  AND updated_at < COALESCE(%(now)s::timestamptz, now()) - interval '1 day'
+
+-- sql.ENSURE_LEADER_ROW
+INSERT INTO eddyq_leader (name, leader_id, elected_at, expires_at)
+VALUES (%(name)s, '', now(), '-infinity')
+ON CONFLICT (name) DO NOTHING
+
+-- sql.CAMPAIGN_FOR_LEADER
+WITH candidate AS (
+    SELECT name FROM eddyq_leader
+    WHERE name = %(name)s AND (expires_at <= now() OR leader_id = %(leader_id)s)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE eddyq_leader AS leader
+SET elected_at = CASE WHEN leader.leader_id = %(leader_id)s AND leader.expires_at > now()
+                      THEN leader.elected_at ELSE now() END,
+    leader_id = %(leader_id)s,
+    expires_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM candidate
+WHERE leader.name = candidate.name
+RETURNING leader.expires_at
+
+-- sql.FENCE_TIMEOUTS
+WITH prior AS MATERIALIZED (
+    SELECT current_setting('statement_timeout') AS statement_timeout,
+           current_setting('idle_in_transaction_session_timeout') AS idle_timeout
+)
+SELECT statement_timeout, idle_timeout,
+       set_config('statement_timeout', %(statement_timeout)s, %(local)s),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, %(local)s)
+FROM prior
+
+-- sql.RESTORE_TIMEOUTS
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s, false)
+
+-- sql.SET_LOCAL_STATEMENT_TIMEOUT
+SELECT set_config('statement_timeout', %(timeout)s, true)
+
+-- sql.RESIGN_LEADER
+WITH resigned AS (
+    UPDATE eddyq_leader SET expires_at = now() - interval '1 millisecond'
+    WHERE name = %(name)s AND leader_id = %(leader_id)s
+    RETURNING name
+)
+SELECT count(pg_notify('eddyq_leader', name)) FROM resigned
+
+-- sql.JOB_EXPIRED_BY_DEFAULT (completed, at now(): the overview and Job.objects, with its columns as Django compiles them)
+state = 'completed' AND finalized_at <= ((now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'completed')
+
+-- sql.JOB_EXPIRED_BY_DEFAULT (completed, at sql.NOW_POSITIONAL: the cleaner)
+state = 'completed' AND finalized_at <= ((COALESCE(%s::timestamptz, now())) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'completed')
+
+-- sql.JOB_EXPIRED_BY_OVERRIDE (completed, at now(): the overview and Job.objects, with its columns as Django compiles them)
+state = 'completed' AND retention IS NOT NULL AND extract(epoch FROM (now()) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'completed') = 'number' THEN (retention ->> 'completed')::numeric END
+
+-- sql.JOB_EXPIRED_BY_OVERRIDE (completed, at sql.NOW_POSITIONAL: the cleaner)
+state = 'completed' AND retention IS NOT NULL AND extract(epoch FROM (COALESCE(%s::timestamptz, now())) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'completed') = 'number' THEN (retention ->> 'completed')::numeric END
+
+-- sql.JOB_EXPIRED_BY_DEFAULT (failed, at now(): the overview and Job.objects, with its columns as Django compiles them)
+state = 'failed' AND finalized_at <= ((now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'failed')
+
+-- sql.JOB_EXPIRED_BY_DEFAULT (failed, at sql.NOW_POSITIONAL: the cleaner)
+state = 'failed' AND finalized_at <= ((COALESCE(%s::timestamptz, now())) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'failed')
+
+-- sql.JOB_EXPIRED_BY_OVERRIDE (failed, at now(): the overview and Job.objects, with its columns as Django compiles them)
+state = 'failed' AND retention IS NOT NULL AND extract(epoch FROM (now()) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'failed') = 'number' THEN (retention ->> 'failed')::numeric END
+
+-- sql.JOB_EXPIRED_BY_OVERRIDE (failed, at sql.NOW_POSITIONAL: the cleaner)
+state = 'failed' AND retention IS NOT NULL AND extract(epoch FROM (COALESCE(%s::timestamptz, now())) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'failed') = 'number' THEN (retention ->> 'failed')::numeric END
+
+-- sql.JOB_EXPIRED_BY_DEFAULT (cancelled, at now(): the overview and Job.objects, with its columns as Django compiles them)
+state = 'cancelled' AND finalized_at <= ((now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'cancelled')
+
+-- sql.JOB_EXPIRED_BY_DEFAULT (cancelled, at sql.NOW_POSITIONAL: the cleaner)
+state = 'cancelled' AND finalized_at <= ((COALESCE(%s::timestamptz, now())) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'cancelled')
+
+-- sql.JOB_EXPIRED_BY_OVERRIDE (cancelled, at now(): the overview and Job.objects, with its columns as Django compiles them)
+state = 'cancelled' AND retention IS NOT NULL AND extract(epoch FROM (now()) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'cancelled') = 'number' THEN (retention ->> 'cancelled')::numeric END
+
+-- sql.JOB_EXPIRED_BY_OVERRIDE (cancelled, at sql.NOW_POSITIONAL: the cleaner)
+state = 'cancelled' AND retention IS NOT NULL AND extract(epoch FROM (COALESCE(%s::timestamptz, now())) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'cancelled') = 'number' THEN (retention ->> 'cancelled')::numeric END
+
+-- sql.BATCH_EXPIRED
+state = 'complete' AND finalized_at <= (COALESCE(%s::timestamptz, now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'
+
+-- sql.delete_expired_statement (eddyq_jobs, completed jobs on RETENTION, first batch)
+WITH doomed AS (
+    SELECT id FROM "eddyq_jobs"
+    WHERE state = 'completed' AND finalized_at <= ((COALESCE(%s::timestamptz, now())) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'completed')
+    ORDER BY finalized_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM "eddyq_jobs" AS gone
+    USING doomed
+    WHERE gone.id = doomed.id
+    RETURNING gone.finalized_at
+)
+SELECT count(*), max(finalized_at) FROM deleted
+
+-- sql.delete_expired_statement (eddyq_jobs, completed jobs on RETENTION, later batch)
+WITH doomed AS (
+    SELECT id FROM "eddyq_jobs"
+    WHERE state = 'completed' AND finalized_at <= ((COALESCE(%s::timestamptz, now())) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'completed') AND finalized_at >= %s
+    ORDER BY finalized_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM "eddyq_jobs" AS gone
+    USING doomed
+    WHERE gone.id = doomed.id
+    RETURNING gone.finalized_at
+)
+SELECT count(*), max(finalized_at) FROM deleted
+
+-- sql.delete_expired_statement (eddyq_batches, sql.BATCH_EXPIRED, first batch)
+WITH doomed AS (
+    SELECT id FROM "eddyq_batches"
+    WHERE state = 'complete' AND finalized_at <= (COALESCE(%s::timestamptz, now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC'
+    ORDER BY finalized_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM "eddyq_batches" AS gone
+    USING doomed
+    WHERE gone.id = doomed.id
+    RETURNING gone.finalized_at
+)
+SELECT count(*), max(finalized_at) FROM deleted
+
+-- sql.delete_expired_statement (eddyq_batches, sql.BATCH_EXPIRED, later batch)
+WITH doomed AS (
+    SELECT id FROM "eddyq_batches"
+    WHERE state = 'complete' AND finalized_at <= (COALESCE(%s::timestamptz, now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND finalized_at >= %s
+    ORDER BY finalized_at
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM "eddyq_batches" AS gone
+    USING doomed
+    WHERE gone.id = doomed.id
+    RETURNING gone.finalized_at
+)
+SELECT count(*), max(finalized_at) FROM deleted
+
+-- sql.DELETE_STALE_QUEUES
+WITH stale AS (
+    SELECT name FROM eddyq_queues AS stale_queue
+    WHERE stale_queue.paused_at IS NULL
+      AND stale_queue.updated_at
+          <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
+             AT TIME ZONE 'UTC'
+      AND NOT EXISTS (
+          SELECT 1 FROM eddyq_jobs AS job
+          WHERE job.queue = stale_queue.name
+            AND (job.state = 'available'
+                 OR job.state IN ('scheduled', 'retryable')
+                 OR job.state = 'running')
+      )
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM eddyq_queues AS gone
+    USING stale
+    WHERE gone.name = stale.name
+    RETURNING gone.name
+)
+SELECT count(*) FROM deleted
+
+-- sql.REINDEX_FIND_INDEX
+SELECT index_namespace.nspname, index_class.relname
+FROM pg_index AS ix
+JOIN pg_class AS index_class ON index_class.oid = ix.indexrelid
+JOIN pg_namespace AS index_namespace ON index_namespace.oid = index_class.relnamespace
+WHERE ix.indexrelid = to_regclass(quote_ident(%(name)s))
+  AND ix.indrelid = to_regclass('eddyq_jobs')
+
+-- sql.REINDEX_UNKNOWN_INDEXES
+SELECT given.name
+FROM unnest(%(names)s::text[]) WITH ORDINALITY AS given(name, position)
+WHERE to_regclass('eddyq_jobs') IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_index AS ix
+      WHERE ix.indexrelid = to_regclass(quote_ident(given.name))
+        AND ix.indrelid = to_regclass('eddyq_jobs')
+  )
+ORDER BY given.position
+
+-- sql.REINDEX_BUILDS_IN_PROGRESS
+SELECT progress.pid, progress.command
+FROM pg_stat_progress_create_index AS progress
+WHERE progress.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND (progress.relid = to_regclass('eddyq_jobs') OR progress.relid IS NULL)
+  AND progress.pid <> pg_backend_pid()
+ORDER BY progress.pid
+
+-- sql.REINDEX_LEFTOVERS
+SELECT leftover_namespace.nspname, leftover.relname
+FROM pg_index AS ix
+JOIN pg_class AS leftover ON leftover.oid = ix.indexrelid
+JOIN pg_namespace AS leftover_namespace ON leftover_namespace.oid = leftover.relnamespace
+WHERE ix.indrelid = to_regclass('eddyq_jobs')
+  AND NOT ix.indisvalid
+  AND left(leftover.relname, length(%(name)s)) = %(name)s
+  AND substr(leftover.relname, length(%(name)s) + 1) ~ '^_cc(new|old)[0-9]*$'
+ORDER BY leftover.relname
+
+-- sql.REINDEX_INDEX (index "public"."eddyq_jobs_claim_idx")
+REINDEX INDEX CONCURRENTLY "public"."eddyq_jobs_claim_idx"
+
+-- sql.DROP_LEFTOVER_INDEX (index "public"."eddyq_jobs_claim_idx_ccnew")
+DROP INDEX CONCURRENTLY IF EXISTS "public"."eddyq_jobs_claim_idx_ccnew"
+
+-- sql.SET_QUEUE_PAUSED
+INSERT INTO eddyq_queues (name, paused_at, created_at, updated_at, metadata)
+VALUES (%(name)s, CASE WHEN %(paused)s THEN now() END, now(), now(), '{}'::jsonb)
+ON CONFLICT (name) DO UPDATE
+SET paused_at = CASE WHEN %(paused)s THEN COALESCE(eddyq_queues.paused_at, now()) END,
+    updated_at = now()
+RETURNING name
+
+-- sql.NOTIFY_QUEUE
+SELECT pg_notify('eddyq_jobs', %(name)s)
+
+-- sql.CANCEL_JOB
+WITH cancelled AS (
+    UPDATE eddyq_jobs
+    SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+        finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE now() END,
+        cancel_requested_at = COALESCE(cancel_requested_at, now())
+    WHERE id = %(id)s
+      AND state IN ('scheduled', 'available', 'running', 'retryable')
+      AND (state <> 'running' OR cancel_requested_at IS NULL)
+    RETURNING id, state, batch_id
+)
+SELECT id, state, batch_id,
+       (SELECT count(pg_notify('eddyq_control', 'cancel:' || id)) FROM cancelled
+        WHERE state = 'running')
+FROM cancelled
+
+-- sql.RETRY_JOB
+WITH retried AS (
+    UPDATE eddyq_jobs
+    SET state = 'available',
+        run_at = now(),
+        finalized_at = NULL,
+        result = NULL,
+        cancel_requested_at = NULL,
+        max_attempts = GREATEST(max_attempts, attempt + 1)
+    WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
+    RETURNING id, queue
+)
+SELECT id, (SELECT count(pg_notify('eddyq_jobs', queue)) FROM retried) FROM retried
+
+-- sql.JOB_STATE
+SELECT state FROM eddyq_jobs WHERE id = %(id)s
+
+-- sql.LOCK_PENDING_BATCHES
+SELECT id FROM eddyq_batches
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
+ORDER BY id
+FOR UPDATE
+
+-- sql.COMPLETE_BATCHES
+UPDATE eddyq_batches AS batch
+SET state = 'complete', finalized_at = now()
+WHERE batch.id = ANY(%(ids)s::bigint[])
+  AND batch.state = 'pending'
+  AND batch.sealed
+  AND NOT EXISTS (
+      SELECT FROM eddyq_jobs AS job
+      WHERE job.batch_id = batch.id
+        AND job.state IN ('scheduled', 'available', 'running', 'retryable')
+  )
+RETURNING batch.id, batch.callback_task, batch.callback_args, batch.callback_kwargs,
+          batch.metadata,
+          (SELECT COALESCE(jsonb_object_agg(counted.state, counted.jobs), '{}'::jsonb)
+           FROM (SELECT state, count(*) AS jobs FROM eddyq_jobs
+                 WHERE batch_id = batch.id GROUP BY state) AS counted)
+
+-- sql.SEAL_BATCH
+UPDATE eddyq_batches SET sealed = true WHERE id = %(id)s
+
+-- sql.SET_BATCH_CALLBACK_JOB
+UPDATE eddyq_batches SET callback_job = %(job_id)s WHERE id = %(id)s
+
+-- sql.TABLE_ESTIMATE
+SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s)
+
+-- sql.STATE_STATISTICS
+SELECT stats.most_common_vals::text::text[], stats.most_common_freqs, class.reltuples
+FROM pg_class AS class
+JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+LEFT JOIN pg_stats AS stats
+  ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
+ AND stats.attname = 'state'
+WHERE class.oid = to_regclass('eddyq_jobs')
+
+-- sql.state_counts_statement (every terminal state with a RETENTION)
+SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' LIMIT %s) AS job)
+           AS scheduled,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'available' LIMIT %s) AS job)
+           AS available,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'running' LIMIT %s) AS job)
+           AS running,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'retryable' LIMIT %s) AS job)
+           AS retryable,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'completed' LIMIT %s) AS job)
+           AS completed,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'failed' LIMIT %s) AS job)
+           AS failed,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'cancelled' LIMIT %s) AS job)
+           AS cancelled,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE (state = 'completed' AND finalized_at <= ((now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'completed')) OR (state = 'completed' AND retention IS NOT NULL AND extract(epoch FROM (now()) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'completed') = 'number' THEN (retention ->> 'completed')::numeric END) LIMIT %s) AS job)
+           AS completed_expired,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE (state = 'failed' AND finalized_at <= ((now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'failed')) OR (state = 'failed' AND retention IS NOT NULL AND extract(epoch FROM (now()) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'failed') = 'number' THEN (retention ->> 'failed')::numeric END) LIMIT %s) AS job)
+           AS failed_expired,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE (state = 'cancelled' AND finalized_at <= ((now()) AT TIME ZONE 'UTC' - %s::interval) AT TIME ZONE 'UTC' AND (retention IS NULL OR NOT retention ? 'cancelled')) OR (state = 'cancelled' AND retention IS NOT NULL AND extract(epoch FROM (now()) - finalized_at) >= CASE WHEN jsonb_typeof(retention -> 'cancelled') = 'number' THEN (retention ->> 'cancelled')::numeric END) LIMIT %s) AS job)
+           AS cancelled_expired,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs
+                              WHERE state = 'running' AND locked_until < now()
+                              LIMIT %s) AS job)
+           AS stuck
+
+-- sql.QUEUE_AVAILABLE_JOBS (annotating Django's query of queues)
+SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                      WHERE job.state = 'available' AND job.queue = eddyq_queues.name
+                      LIMIT %s) AS available
+
+-- sql.QUEUE_RUNNING_JOBS (annotating Django's query of queues)
+SELECT count(*) FROM eddyq_jobs AS job
+WHERE job.state = 'running' AND job.queue = eddyq_queues.name
+
+-- sql.TASK_NAMES
+WITH RECURSIVE tasks(task) AS (
+    (SELECT task FROM eddyq_jobs
+     WHERE NOT (state IN ('available', 'running'))
+     ORDER BY task LIMIT 1)
+    UNION ALL
+    SELECT (SELECT job.task FROM eddyq_jobs AS job
+            WHERE job.task > previous.task AND NOT (job.state IN ('available', 'running'))
+            ORDER BY job.task LIMIT 1)
+    FROM tasks AS previous
+    WHERE previous.task IS NOT NULL
+)
+SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
