@@ -153,11 +153,6 @@ class Cluster:
         return self.cluster_dir / "data"
 
     @property
-    def log_file(self) -> Path:
-        """Server log of the cluster."""
-        return self.cluster_dir / _LOG_FILE
-
-    @property
     def password_file(self) -> Path:
         """File holding :attr:`password` (mode 0600)."""
         return self.cluster_dir / PASSWORD_FILE
