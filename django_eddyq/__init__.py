@@ -1,10 +1,16 @@
 """django-eddyq: a durable, fast background job queue on your project's PostgreSQL."""
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from django_eddyq.cancellation import cancel_requested
 from django_eddyq.exceptions import Discard, Snooze
 from django_eddyq.tasks import Call, Task, task
+
+try:
+    __version__ = version("django-eddyq")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "unknown"
 
 __all__ = [
     "Call",

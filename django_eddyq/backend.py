@@ -317,20 +317,20 @@ def result_from_job[**P, R](task: Task[P, R], job: Job, alias: str) -> TaskResul
 def _worker_ids(job: Job) -> list[str]:
     """One worker id per attempt, from what the job keeps.
 
-    A job records the worker of its current attempt (``locked_by``) only while it runs. Earlier
-    attempts each ended with an error entry, which names the worker when it is known: a Django
-    task's attempts record it (``"worker"``), the rescuer records the worker whose lease expired
-    (``"rescued_from"``). An attempt whose worker is not known, such as the last attempt of a
-    finished job, is ``""``.
+    A job keeps the worker of its latest attempt (``attempted_by``), and each failed attempt
+    ended with an error entry naming its worker (``"worker"``, or ``"rescued_from"`` for the
+    worker whose lease the rescuer found expired). An attempt whose worker is not known (a job
+    of a version that did not record it) is ``""``.
     """
     workers: dict[int, str] = {}
-    for entry in job.errors:
-        attempt = entry.get("attempt")
-        worker = entry.get("worker") or entry.get("rescued_from")
+    latest = job.attempted_by or job.locked_by
+    if latest:
+        workers[job.attempt] = latest
+    for entry in job.errors if isinstance(job.errors, list) else []:
+        attempt = entry.get("attempt") if isinstance(entry, dict) else None
+        worker = entry.get("worker") or entry.get("rescued_from") if attempt else None
         if isinstance(attempt, int) and isinstance(worker, str):
             workers[attempt] = worker
-    if job.state == "running" and job.locked_by:
-        workers[job.attempt] = job.locked_by
     return [workers.get(attempt, "") for attempt in range(1, job.attempt + 1)]
 
 

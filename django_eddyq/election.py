@@ -20,8 +20,9 @@ from django_eddyq import db, sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.lifecycle import Loop
 from django_eddyq.maintenance.service import Service
+from django_eddyq.signals import leader_elected, leader_resigned, send
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 ELECTION = "default"
 # How often a leader stepping down says that a service is still ending its pass.
@@ -112,6 +113,8 @@ class Elector(Loop):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+        if was_leading:
+            send(leader_resigned, type(self), worker_id=self.worker_id, reason="it stopped")
 
     def on_leader_notification(self, _payload: str) -> None:
         """A leader resigned: campaign now rather than at the next interval."""
@@ -134,12 +137,14 @@ class Elector(Loop):
         logger.info("eddyq elector %s: elected leader, starting maintenance", self.worker_id)
         for service in self.services:
             service.start()
+        send(leader_elected, type(self), worker_id=self.worker_id)
 
     def _step_down(self, reason: str) -> None:
         logger.warning("eddyq elector %s: stepping down, %s", self.worker_id, reason)
         self._leading = False
         self._valid_until = 0.0
         self._stop_services()
+        send(leader_resigned, type(self), worker_id=self.worker_id, reason=reason)
 
     def _stop_services(self) -> None:
         """Stop the services and wait for each to end its pass, however long: resigning (or

@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 from django_eddyq import db, sql
 from django_eddyq.arguments import dumps, normalize_arguments, normalize_json
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.signals import job_enqueued, send
 from django_eddyq.vocabulary import validate_queue_name
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
     unique = any(spec.unique_key is not None for spec in specs)
     statement = sql.INSERT_JOBS[(touch, unique)]
     if not unique:
-        return _jobs(alias, specs, _fetch_all(alias, cursor, statement, params))
+        return _enqueued(_jobs(alias, specs, _fetch_all(alias, cursor, statement, params)))
     return _insert_unique(alias, specs, statement, params)
 
 
@@ -187,7 +188,7 @@ def _insert_one(alias: str, spec: JobSpec, cursor: Any) -> list[Job]:
         "metadata": dumps(normalize_json(spec.metadata, where="metadata")),
         "batch_id": spec.batch_id,
     }
-    return _jobs(alias, [spec], _fetch_all(alias, cursor, sql.INSERT_ONE_JOB, params))
+    return _enqueued(_jobs(alias, [spec], _fetch_all(alias, cursor, sql.INSERT_ONE_JOB, params)))
 
 
 def _fetch_all(
@@ -275,7 +276,7 @@ def _copy_calls(
                 "scheduled": state == "scheduled",
             },
         )
-    return jobs
+    return _enqueued(jobs)
 
 
 def _copy_json(value: Any) -> str:
@@ -327,10 +328,9 @@ def _insert_unique(
         cursor.execute(sql.RELEASE_UNIQUE_KEYS, {"unique_keys": keys, "windows": windows})
         cursor.execute(statement, params)
         rows = cursor.fetchall()
-    by_key: dict[str | None, Job] = {}
     first_spec = {spec.unique_key: spec for spec in reversed(specs)}
-    for job in _jobs(alias, [first_spec[row[4]] for row in rows], rows):
-        by_key[job.unique_key] = job
+    inserted = _enqueued(_jobs(alias, [first_spec[row[4]] for row in rows], rows))
+    by_key: dict[str | None, Job] = {job.unique_key: job for job in inserted}
     missing = [key for key in keys if key not in by_key]
     if missing:
         holders = _job_model().all_objects.using(alias).filter(unique_key__in=missing)
@@ -416,6 +416,7 @@ def _job_fields(
         "run_at": run_at,
         "created_at": created_at,
         "attempted_at": None,
+        "attempted_by": None,
         "finalized_at": None,
         "locked_by": None,
         "locked_until": None,
@@ -432,6 +433,13 @@ def _job_fields(
         "metadata": None,
         "_state": None,
     }
+
+
+def _enqueued(jobs: list[Job]) -> list[Job]:
+    """``jobs``, newly inserted, once ``signals.job_enqueued`` has told its receivers."""
+    if job_enqueued.receivers:  # the sender is looked up only for a signal someone hears
+        send(job_enqueued, _job_model(), jobs=jobs)
+    return jobs
 
 
 def _job_model() -> type[Job]:

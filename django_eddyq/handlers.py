@@ -19,7 +19,7 @@ from django_eddyq.durations import delay_seconds
 if TYPE_CHECKING:
     from django_eddyq.worker.execution import ClaimedJob, Outcome
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 
 class Attempt(Protocol):

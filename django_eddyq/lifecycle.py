@@ -10,7 +10,7 @@ from datetime import datetime
 import django.db
 import psycopg
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # How long a loop waits after a failing pass grows from this, doubling, up to its interval.
 FIRST_RETRY_SECONDS = 0.5

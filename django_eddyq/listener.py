@@ -11,7 +11,7 @@ from psycopg import sql as psql
 from django_eddyq import db, sql
 from django_eddyq.lifecycle import Loop
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # How long one wait for notifications lasts before the loop checks whether it should stop.
 LISTEN_TIMEOUT_SECONDS = 1.0

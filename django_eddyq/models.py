@@ -80,6 +80,10 @@ class Job(models.Model):
     run_at = models.DateTimeField(_("run at"), db_default=TransactionNow())
     created_at = models.DateTimeField(_("created at"), db_default=TransactionNow())
     attempted_at = models.DateTimeField(_("attempted at"), null=True, blank=True)
+    # The worker of the latest attempt, kept once the job has ended (locked_by is cleared).
+    attempted_by = models.CharField(  # noqa: DJ001
+        _("attempted by"), max_length=255, null=True, blank=True
+    )
     finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
     # NULL, not "", is how the SQL tells an unlocked job.
     locked_by = models.CharField(  # noqa: DJ001
@@ -312,6 +316,39 @@ class Queue(models.Model):
         operations.set_queue_paused(self.name, paused=False)
         self.refresh_from_db(fields=["paused_at"])
         return self
+
+
+class WorkerProcess(models.Model):
+    """A worker process, as it registered itself and renews with its heartbeats.
+
+    ``last_seen_at`` is by the database's clock. A worker that stopped gracefully says so
+    (``stopped_at``); one unseen for longer than ``STALE_AFTER`` without having stopped is lost
+    (killed, frozen, cut off). The cleaner deletes the rows of workers unseen for longer than
+    ``WORKER_RETENTION``.
+    """
+
+    id = models.CharField(_("worker id"), max_length=255, primary_key=True)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.IntegerField(_("pid"))
+    version = models.CharField(_("version"), max_length=64)
+    queues = models.JSONField(_("queues"), null=True, blank=True, help_text=_("null: all"))
+    concurrency = models.PositiveIntegerField(_("concurrency"))
+    started_at = models.DateTimeField(_("started at"), db_default=Now())
+    last_seen_at = models.DateTimeField(_("last seen at"), db_default=Now())
+    running = models.PositiveIntegerField(_("jobs running"), default=0)
+    leader = models.BooleanField(_("leader"), default=False)
+    stopped_at = models.DateTimeField(_("stopped at"), null=True, blank=True)
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "eddyq_workers"
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
+        ordering: ClassVar[list[str]] = ["-started_at"]
+
+    def __str__(self) -> str:
+        return self.id
 
 
 class Leader(models.Model):

@@ -242,6 +242,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -332,6 +333,28 @@ SELECT id, state, (
                    AS waiting)
     FROM (SELECT DISTINCT queue FROM finished WHERE state = 'available') AS woken
 ) FROM finished
+"""
+
+# The worker registry. A worker registers as it starts and says it is alive with each heartbeat,
+# in the same pass: one upsert, so that a worker whose row the cleaner deleted (unseen for long)
+# registers again. Times by the database's clock.
+WORKER_SEEN = """
+INSERT INTO eddyq_workers AS worker (
+    id, host, pid, version, queues, concurrency, started_at, last_seen_at, running, leader,
+    stopped_at
+)
+VALUES (
+    %(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::jsonb, %(concurrency)s, now(), now(),
+    %(running)s, %(leader)s, NULL
+)
+ON CONFLICT (id) DO UPDATE
+SET last_seen_at = now(), running = EXCLUDED.running, leader = EXCLUDED.leader
+"""
+
+WORKER_STOPPED = """
+UPDATE eddyq_workers
+SET stopped_at = now(), last_seen_at = now(), running = 0, leader = false
+WHERE id = %(id)s
 """
 
 # One statement renews the lease of every job this worker runs; jobs not returned are no
@@ -624,6 +647,14 @@ def delete_expired_statement(table: str, condition: str, *, resume: bool) -> psq
         resume=psql.SQL(_RESUME_AFTER if resume else ""),
     )
 
+
+# Workers unseen for WORKER_RETENTION (%(period)s): stopped long ago, or lost for good.
+DELETE_FORGOTTEN_WORKERS = """
+DELETE FROM eddyq_workers
+WHERE last_seen_at
+      <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
+         AT TIME ZONE 'UTC'
+"""
 
 # Queues not updated within QUEUE_RETENTION (%(period)s), except paused ones (deleting the row
 # would resume them) and those with unfinished jobs. The states are spelled as an OR so that

@@ -275,6 +275,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -297,6 +298,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -319,6 +321,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -341,6 +344,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -363,6 +367,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -385,6 +390,7 @@ UPDATE eddyq_jobs AS job
 SET state = 'running',
     attempt = LEAST(job.attempt, 2147483646) + 1,
     attempted_at = now(),
+    attempted_by = %(worker_id)s,
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
@@ -458,6 +464,23 @@ SELECT id, state, batch_id, (
                    AS waiting)
     FROM (SELECT DISTINCT queue FROM handed_back WHERE state = 'available') AS woken
 ) FROM handed_back
+
+-- sql.WORKER_SEEN
+INSERT INTO eddyq_workers AS worker (
+    id, host, pid, version, queues, concurrency, started_at, last_seen_at, running, leader,
+    stopped_at
+)
+VALUES (
+    %(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::jsonb, %(concurrency)s, now(), now(),
+    %(running)s, %(leader)s, NULL
+)
+ON CONFLICT (id) DO UPDATE
+SET last_seen_at = now(), running = EXCLUDED.running, leader = EXCLUDED.leader
+
+-- sql.WORKER_STOPPED
+UPDATE eddyq_workers
+SET stopped_at = now(), last_seen_at = now(), running = 0, leader = false
+WHERE id = %(id)s
 
 -- sql.PROMOTE_DUE_ANY_QUEUE
 WITH due AS (
@@ -741,6 +764,12 @@ WITH stale AS (
     RETURNING gone.name
 )
 SELECT count(*) FROM deleted
+
+-- sql.DELETE_FORGOTTEN_WORKERS
+DELETE FROM eddyq_workers
+WHERE last_seen_at
+      <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
+         AT TIME ZONE 'UTC'
 
 -- sql.REINDEX_FIND_INDEX
 SELECT index_namespace.nspname, index_class.relname

@@ -30,6 +30,15 @@ DOCUMENTED = {
         "resume_queue",
         "task",
     ],
+    "django_eddyq.signals": [
+        "job_enqueued",
+        "job_started",
+        "job_finished",
+        "worker_started",
+        "worker_stopping",
+        "leader_elected",
+        "leader_resigned",
+    ],
     "django_eddyq.backend": ["EddyqBackend", "EddyqTask"],
     "django_eddyq.conf": ["eddyq_settings", "InvalidSettingError"],
     "django_eddyq.embedded": ["ensure_persistent", "start_throwaway", "stop"],
@@ -50,7 +59,7 @@ DOCUMENTED = {
         "Scheduler",
         "Service",
     ],
-    "django_eddyq.models": ["Batch", "Job", "Leader", "PeriodicSchedule", "Queue"],
+    "django_eddyq.models": ["Batch", "Job", "Leader", "PeriodicSchedule", "Queue", "WorkerProcess"],
     "django_eddyq.worker": ["Worker"],
     "django_eddyq.management.commands.eddyq_worker": ["Command"],
     "django_eddyq.management.commands.eddyq_maintenance": ["Command"],
@@ -63,6 +72,7 @@ MIGRATIONS = [
     "0005_jobs_index_diet",
     "0006_job_times_default_to_transaction",
     "0007_job_payload_permission",
+    "0008_worker_registry",
 ]
 
 

@@ -368,8 +368,8 @@ def test_attempts_count_from_one_and_retries_keep_their_errors(
         "enqueued": True,
         "backend": "default",
     }
-    # Once finished, a job no longer knows which worker ran its last attempt.
-    assert result.worker_ids == [first.id, ""]
+    # Once finished, a job still names the worker of each attempt.
+    assert result.worker_ids == [first.id, second.id]
 
 
 def test_a_snoozed_attempt_does_not_count(

@@ -143,6 +143,7 @@ PARSED_DEFAULTS: dict[str, object] = {
     },
     "QUEUE_CLEANER_INTERVAL": timedelta(hours=1),
     "QUEUE_RETENTION": timedelta(hours=24),
+    "WORKER_RETENTION": timedelta(hours=24),
     "REINDEX_SCHEDULE": "0 0 * * *",
     "REINDEX_INDEXES": (
         "eddyq_jobs_claim_idx",

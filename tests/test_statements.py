@@ -82,7 +82,7 @@ def worker_pass() -> Rendered:
         for which, queues in CLAIM_QUEUES.items():
             statement = sql.claim_statement(limit, queues)
             yield f"sql.claim_statement (limit {limit}, {which})", statement
-    for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS"):
+    for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS", "WORKER_SEEN", "WORKER_STOPPED"):
         yield f"sql.{name}", getattr(sql, name)
     for name in ("PROMOTE_DUE_ANY_QUEUE", "PROMOTE_DUE_FROM_QUEUES"):
         yield f"sql.{name}", getattr(sql, name)
@@ -135,6 +135,7 @@ def retention() -> Rendered:
             statement = sql.delete_expired_statement(table, condition, resume=resume)
             yield f"sql.delete_expired_statement ({table}, {what}, {batch})", composed(statement)
     yield "sql.DELETE_STALE_QUEUES", sql.DELETE_STALE_QUEUES
+    yield "sql.DELETE_FORGOTTEN_WORKERS", sql.DELETE_FORGOTTEN_WORKERS
     for name in (
         "REINDEX_FIND_INDEX",
         "REINDEX_UNKNOWN_INDEXES",

@@ -78,6 +78,10 @@ def test_a_worker_whose_every_slot_is_stuck_stops_with_an_exit_code(
     assert not thread.is_alive()
     assert worker.exit_code == worker_module.STUCK_EXIT_CODE
     assert state(stuck) == Job.State.FAILED
-    [error] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    [error] = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "ERROR" and "of its slots" in r.getMessage()
+    ]
     assert f"worker {worker.id}: all 1 of its slots are held by handlers" in error
     assert f"job {stuck.pk} (tests.jobs.never_returns)" in error

@@ -16,7 +16,7 @@ from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance.service import Service
 from django_eddyq.retention import bounded_period, job_expiries
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 
 class Cleaner(Service):

@@ -19,7 +19,7 @@ from django_eddyq.maintenance.service import Service
 from django_eddyq.tasks import SCHEDULED_TASKS, Task, validate_cron
 from django_eddyq.vocabulary import validate_priority, validate_queue_name
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # The longest the enqueuer sleeps, so that a changed clock or schedule is noticed.
 MAX_SLEEP_SECONDS = 60.0

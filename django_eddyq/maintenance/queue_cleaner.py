@@ -1,4 +1,4 @@
-"""The queue cleaner: forgets queues nobody has used for a while."""
+"""The queue cleaner: forgets queues nobody has used for a while, and workers long gone."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ class QueueCleaner(Service):
     keep every queue name ever used.
 
     A paused queue stays whatever its age: deleting its row would silently resume it. So does a
-    queue with unfinished (scheduled, available, running or retryable) jobs.
+    queue with unfinished (scheduled, available, running or retryable) jobs. The registry of
+    workers is kept the same way: a worker unseen for WORKER_RETENTION (stopped, or lost) goes.
     """
 
     name = "queue_cleaner"
@@ -24,11 +25,16 @@ class QueueCleaner(Service):
     verb = "deleted"
 
     def run_once(self, now: datetime | None = None) -> int:
-        period = bounded_period(eddyq_settings.QUEUE_RETENTION)
-        if period is None:
-            return 0
-        params: dict[str, Any] = {"now": now, "period": period}
+        deleted = 0
         with self.cursor() as cursor:
-            cursor.execute(sql.DELETE_STALE_QUEUES, params)
-            (deleted,) = cursor.fetchone()
-        return int(deleted)
+            queue_period = bounded_period(eddyq_settings.QUEUE_RETENTION)
+            if queue_period is not None:
+                params: dict[str, Any] = {"now": now, "period": queue_period}
+                cursor.execute(sql.DELETE_STALE_QUEUES, params)
+                deleted += int(cursor.fetchone()[0])
+            worker_period = bounded_period(eddyq_settings.WORKER_RETENTION)
+            if worker_period is not None:
+                params = {"now": now, "period": worker_period}
+                cursor.execute(sql.DELETE_FORGOTTEN_WORKERS, params)
+                deleted += cursor.rowcount
+        return deleted

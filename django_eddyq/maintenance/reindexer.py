@@ -20,7 +20,7 @@ from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance.service import Service
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 
 class Reindexer(Service):

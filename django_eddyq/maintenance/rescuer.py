@@ -15,8 +15,9 @@ from django_eddyq.handlers import Handler, retry_delay
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE
 from django_eddyq.maintenance.service import Service
 from django_eddyq.operations import complete_batches
+from django_eddyq.vocabulary import JobState
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # Rows locked and updated per statement, so that a rescue never holds many locks for long.
 RESCUE_BATCH = 500
@@ -78,6 +79,10 @@ class Rescuer(Service):
             ended_batches = {batch for _id, state, batch in rows if batch and state != "retryable"}
             if ended_batches:
                 complete_batches(cursor, sorted(ended_batches))
+        by_id = {job[0]: job for job in stuck}
+        for job_id, state, _batch in rows:
+            if state == JobState.FAILED:
+                _log_last_failure(by_id[job_id])
         return len(rows)
 
     def _rescue_alone(self, job: StuckJob, now: datetime | None) -> int:
@@ -111,6 +116,28 @@ class Rescuer(Service):
             )
             return 0
         return 1
+
+
+def _log_last_failure(job: StuckJob) -> None:
+    """A job the rescue failed for good: its last attempt's worker died with it."""
+    job_id, task, attempt, max_attempts, locked_by, locked_until, _cancel = job
+    logger.error(
+        "eddyq job %s (%s) failed for good after attempt %d of %d: worker %s stopped renewing "
+        "its lease (it expired at %s)",
+        job_id,
+        task,
+        attempt,
+        max_attempts,
+        locked_by,
+        locked_until,
+        extra={
+            "eddyq_job_id": job_id,
+            "eddyq_task": task,
+            "eddyq_attempt": attempt,
+            "eddyq_max_attempts": max_attempts,
+            "eddyq_worker_id": locked_by,
+        },
+    )
 
 
 def _rescue_plan(

@@ -18,7 +18,7 @@ from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.lifecycle import Loop
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # How often a watchdog (``Service.lease_watched``) looks at the lease.
 WATCHDOG_SECONDS = 0.1

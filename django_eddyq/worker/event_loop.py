@@ -13,7 +13,7 @@ from django_eddyq.cancellation import current_flag
 from django_eddyq.handlers import Handler
 from django_eddyq.worker.execution import Outcome, RunningJob, failure, run_async
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # How long stopping waits for the event loop's thread, then for its cancelled tasks.
 EVENT_LOOP_STOP_SECONDS = 2.0

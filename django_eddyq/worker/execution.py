@@ -20,7 +20,7 @@ from django_eddyq.durations import delay_seconds
 from django_eddyq.exceptions import Discard, MalformedJob, OutcomeNotStored, Snooze
 from django_eddyq.handlers import Attempt, Handler, retry_delay
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 
 # What an error entry keeps of a message and of a traceback, in characters.
@@ -106,7 +106,8 @@ def _problem(job_id: int, columns: Sequence[tuple[str, str, type]]) -> str:
 
 @dataclasses.dataclass(slots=True)
 class Outcome:
-    """How an attempt ended: the row values one fenced statement writes for it."""
+    """How an attempt ended: the row values one fenced statement writes for it, and (never
+    stored) what the handler raised and how long it ran, for logs, signals and metrics."""
 
     job: ClaimedJob
     state: str
@@ -114,12 +115,31 @@ class Outcome:
     error: dict[str, Any] | None = None
     delay: float | None = None
     attempt_given_back: int = 0
+    exception: BaseException | None = None
+    duration: float | None = None  # seconds the handler ran; None if it never started
 
     @property
     def summary(self) -> str:
         if self.error is not None:
             return str(self.error["error"])
         return self.state
+
+    @property
+    def kind(self) -> str:
+        """What became of the attempt, as ``signals.OUTCOMES`` names it."""
+        if self.state == "failed" and isinstance(self.exception, Discard):
+            return "discarded"
+        return _KINDS[self.state]
+
+
+_KINDS = {
+    "completed": "completed",
+    "retryable": "retried",
+    "scheduled": "snoozed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "available": "handed back",
+}
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -188,8 +208,10 @@ def failure(job: ClaimedJob, handler: Handler | None, error: BaseException) -> O
     """A failed attempt: retryable after the backoff, or failed once attempts are used up."""
     entry = error_entry(job, error)
     if job.attempt >= job.max_attempts:
-        return Outcome(job, "failed", error=entry)
-    return Outcome(job, "retryable", error=entry, delay=retry_delay(handler, job.attempt))
+        return Outcome(job, "failed", error=entry, exception=error)
+    return Outcome(
+        job, "retryable", error=entry, delay=retry_delay(handler, job.attempt), exception=error
+    )
 
 
 def timed_out(job: ClaimedJob, handler: Handler) -> Outcome:
@@ -199,7 +221,13 @@ def timed_out(job: ClaimedJob, handler: Handler) -> Outcome:
 
 def cancelled(outcome: Outcome) -> Outcome:
     """The job was cancelled while running and its handler did not complete: it ends here."""
-    return Outcome(outcome.job, "cancelled", error=outcome.error)
+    return Outcome(
+        outcome.job,
+        "cancelled",
+        error=outcome.error,
+        exception=outcome.exception,
+        duration=outcome.duration,
+    )
 
 
 def returned(job: ClaimedJob) -> Outcome:
@@ -211,7 +239,8 @@ def returned(job: ClaimedJob) -> Outcome:
 def malformed(job: ClaimedJob) -> Outcome:
     """A row that cannot run (``job.problem``) fails for good: another attempt would read the
     same row again."""
-    return Outcome(job, "failed", error=error_entry(job, MalformedJob(job.problem)))
+    problem = MalformedJob(job.problem)
+    return Outcome(job, "failed", error=error_entry(job, problem), exception=problem)
 
 
 def not_stored(outcome: Outcome, error: BaseException) -> Outcome:
@@ -220,7 +249,13 @@ def not_stored(outcome: Outcome, error: BaseException) -> Outcome:
         f"the outcome of attempt {outcome.job.attempt} ({outcome.state}) could not be stored: "
         f"{type(error).__name__}: {error}"
     )
-    return Outcome(outcome.job, "failed", error=error_entry(outcome.job, refused))
+    return Outcome(
+        outcome.job,
+        "failed",
+        error=error_entry(outcome.job, refused),
+        exception=refused,
+        duration=outcome.duration,
+    )
 
 
 def _settle(job: ClaimedJob, handler: Handler, value: Any) -> Outcome:
@@ -238,9 +273,9 @@ def _steer(job: ClaimedJob, handler: Handler | None, error: BaseException) -> Ou
             delay = delay_seconds(error.seconds, name="Snooze")
         except Exception as invalid:
             return failure(job, handler, invalid)
-        return Outcome(job, "scheduled", delay=delay, attempt_given_back=1)
+        return Outcome(job, "scheduled", delay=delay, attempt_given_back=1, exception=error)
     if isinstance(error, Discard):
-        return Outcome(job, "failed", error=error_entry(job, error))
+        return Outcome(job, "failed", error=error_entry(job, error), exception=error)
     return failure(job, handler, error)
 
 

@@ -27,7 +27,7 @@ from django_eddyq.operations import complete_batches
 from django_eddyq.vocabulary import TERMINAL_STATES
 from django_eddyq.worker.execution import ClaimedJob, Outcome, claimed_job, outcome_records
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -39,6 +39,7 @@ class Pass:
     promote: bool  # a burst worker makes due jobs available first
     claim: int  # how many jobs to claim at most; 0: no claim
     touch: list[str]  # the queues whose rows to keep fresh for the queue cleaner
+    seen: dict[str, Any] | None = None  # the worker's row in the registry, when it is due
 
     written: set[int] = dataclasses.field(default_factory=set)  # outcomes stored
     renewed: list[tuple[int, bool]] = dataclasses.field(default_factory=list)  # (id, cancelled)
@@ -56,7 +57,7 @@ class Pass:
         )
 
     def is_empty(self) -> bool:
-        return not (self.outcomes or self.renew or self.claim or self.touch)
+        return not (self.outcomes or self.renew or self.claim or self.touch or self.seen)
 
 
 def connect() -> psycopg.Connection[tuple[Any, ...]]:
@@ -114,6 +115,8 @@ def run_pass(
             )
         if planned.touch:
             connection.execute(sql.TOUCH_QUEUES, {"queues": planned.touch})
+        if planned.seen:
+            connection.execute(sql.WORKER_SEEN, planned.seen)
     # Out of pipeline mode: synced, committed, every result in.
     if finish is not None:
         planned.written = {row[0] for row in finish.fetchall()}
@@ -164,8 +167,16 @@ class PassRunner:
         self._sent.put(None)
 
     def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
+        """Mark the worker stopped in the registry, and close the connection."""
+        if self.connection is None:
+            return
+        try:
+            self.connection.execute(sql.WORKER_STOPPED, {"id": self.worker_id})
+        except psycopg.Error as error:
+            logger.warning(
+                "eddyq worker %s: could not mark itself stopped: %s", self.worker_id, error
+            )
+        self.connection.close()
 
     def send(self, planned: Pass, *, here: bool) -> None:
         """Run the pass on this thread (``here``), or hand it to the database thread."""
@@ -224,36 +235,3 @@ class PassRunner:
                 job_id,
                 "handed back" if state == "available" else "cancelled, as was asked",
             )
-
-
-def log_outcome(outcome: Outcome, *, written: bool) -> None:
-    """What became of an outcome a pass wrote: discarded (the job is no longer the worker's),
-    or a failure, to be retried or for good."""
-    job = outcome.job
-    if not written:
-        logger.info(
-            "eddyq job %s (%s): outcome %s discarded, the job is no longer this worker's "
-            "(its lease expired and it was rescued, or it was cancelled)",
-            job.id,
-            job.task,
-            outcome.summary,
-        )
-    elif outcome.state == "retryable":
-        logger.warning(
-            "eddyq job %s (%s) failed attempt %d of %d, retrying in %.1fs: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            outcome.delay,
-            outcome.summary,
-        )
-    elif outcome.state == "failed":
-        logger.warning(
-            "eddyq job %s (%s) failed for good after attempt %d of %d: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            outcome.summary,
-        )

@@ -13,18 +13,21 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import wait as wait_until_done
+from typing import Any
 
 import psycopg
 
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.enqueue import due_for_touch
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE
+from django_eddyq.signals import job_finished, send
+from django_eddyq.vocabulary import JobState
 from django_eddyq.worker.execution import Outcome, not_stored, returned
 from django_eddyq.worker.pacing import Pacing, ready_max_wait
-from django_eddyq.worker.passes import Pass, PassRunner, log_outcome
+from django_eddyq.worker.passes import Pass, PassRunner
 from django_eddyq.worker.slots import Slots
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 
 class Planner:
@@ -43,8 +46,12 @@ class Planner:
         runner: PassRunner,
         slots: Slots,
         pacing: Pacing,
+        signal_sender: type,
+        seen: Callable[[], dict[str, Any]],
     ) -> None:
         self.worker_id = worker_id
+        self._signal_sender = signal_sender  # the Worker class, as the job signals' sender
+        self._seen = seen  # the worker's row in the registry, as it is now
         self.burst = burst
         self._interval = interval  # the worker's poll interval
         self._stopping = stopping  # whether the worker is stopping: then it claims no more
@@ -59,10 +66,13 @@ class Planner:
         # (their handler ran), they wait for their lease to expire.
         self._left_to_rescuer: set[int] = set()
         self.processed = 0
+        # Of the outcomes stored: attempts that ended, and jobs handed back unstarted.
+        self.finished = 0
+        self.handed_back = 0
 
     def start_heartbeats(self) -> None:
-        """The first heartbeat is due one heartbeat interval from now."""
-        self._next_heartbeat = time.monotonic() + _heartbeat_seconds()
+        """The first heartbeat goes with the first pass: it registers the worker."""
+        self._next_heartbeat = time.monotonic()
 
     def run_once(self) -> int:
         """Act on the pass in flight once it has committed; plan and send the next one.
@@ -177,11 +187,13 @@ class Planner:
         """The next pass: what finished, a heartbeat when due, a claim when there is room."""
         now = time.monotonic()
         renew: list[int] = []
+        seen = None
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + _heartbeat_seconds()
             renew = [
                 job_id for job_id, running in self._slots.running.items() if not running.settled
             ]
+            seen = self._seen()
         claim = self._pacing.next_claim() if self._wants_to_claim(now) else 0
         planned = Pass(
             outcomes=self._to_write,
@@ -191,6 +203,7 @@ class Planner:
             promote=self.burst and claim > 0 and not self._pacing.claim_more,
             claim=claim,
             touch=self._queues_to_touch,
+            seen=seen,
         )
         if planned.is_empty():
             return None
@@ -225,7 +238,22 @@ class Planner:
         for outcome in outcomes:
             running.pop(outcome.job.id, None)
             self.processed += 1
-            log_outcome(outcome, written=outcome.job.id in written)
+            stored = outcome.job.id in written
+            if stored:
+                if outcome.state == JobState.AVAILABLE:
+                    self.handed_back += 1
+                else:
+                    self.finished += 1
+                send(
+                    job_finished,
+                    self._signal_sender,
+                    job=outcome.job,
+                    outcome=outcome.kind,
+                    duration=outcome.duration,
+                    exception=outcome.exception,
+                    worker_id=self.worker_id,
+                )
+            log_outcome(outcome, written=stored, worker_id=self.worker_id)
 
     def _leases_renewed(self, held: list[int], rows: list[tuple[int, bool]]) -> None:
         renewed = {job_id for job_id, _ in rows}
@@ -304,6 +332,55 @@ class Planner:
             if stopping and drain_deadline is not None:
                 wait = min(wait, max(drain_deadline - now, 0.0))
         return min(wait, self._slots.next_wait(now, ready_max_wait(stopping)))
+
+
+def log_outcome(outcome: Outcome, *, written: bool, worker_id: str) -> None:
+    """What became of an outcome a pass wrote: discarded (the job is no longer the worker's),
+    a failure to be retried (WARNING), or a last failure (ERROR); both failures with their
+    traceback, and the job's fields in ``extra`` for structured logs."""
+    job = outcome.job
+    if not written:
+        logger.info(
+            "eddyq job %s (%s): outcome %s discarded, the job is no longer this worker's "
+            "(its lease expired and it was rescued, or it was cancelled)",
+            job.id,
+            job.task,
+            outcome.summary,
+        )
+        return
+    if outcome.state not in ("retryable", "failed"):
+        return
+    extra = {
+        "eddyq_job_id": job.id,
+        "eddyq_task": job.task,
+        "eddyq_queue": job.queue,
+        "eddyq_attempt": job.attempt,
+        "eddyq_max_attempts": job.max_attempts,
+        "eddyq_worker_id": worker_id,
+    }
+    if outcome.state == "retryable":
+        logger.warning(
+            "eddyq job %s (%s) failed attempt %d of %d, retrying in %.1fs: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            outcome.delay,
+            outcome.summary,
+            exc_info=outcome.exception,
+            extra=extra,
+        )
+    else:
+        logger.error(
+            "eddyq job %s (%s) failed for good after attempt %d of %d: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            outcome.summary,
+            exc_info=outcome.exception,
+            extra=extra,
+        )
 
 
 def _heartbeat_seconds() -> float:

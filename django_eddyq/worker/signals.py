@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from types import FrameType
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # What a supervisor sends its worker processes: signals of their own, so that a worker that

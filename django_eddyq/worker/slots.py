@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from django_eddyq import registry
 from django_eddyq.cancellation import current_flag
 from django_eddyq.exceptions import TaskNotFound
+from django_eddyq.signals import job_started, send
 from django_eddyq.worker.event_loop import EVENT_LOOP_STOP_SECONDS, EventLoop
 from django_eddyq.worker.execution import (
     ClaimedJob,
@@ -33,7 +34,7 @@ from django_eddyq.worker.execution import (
 )
 from django_eddyq.worker.pacing import Pacing
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # A handler still running this long after its timeout is stuck: its thread (or the event loop)
 # is not coming back. Short, since its job is already recorded as timed out; long enough for a
@@ -48,10 +49,17 @@ class Slots:
     """
 
     def __init__(
-        self, *, concurrency: int, worker_id: str, pacing: Pacing, wake: Callable[[], None]
+        self,
+        *,
+        concurrency: int,
+        worker_id: str,
+        pacing: Pacing,
+        wake: Callable[[], None],
+        signal_sender: type,
     ) -> None:
         self.concurrency = concurrency
         self.worker_id = worker_id
+        self._signal_sender = signal_sender  # the Worker class, as the job signals' sender
         self._pacing = pacing
         self._wake = wake  # the worker's: a handler ended, or a cancel request came
         self._threads: list[threading.Thread] = []
@@ -338,9 +346,10 @@ class Slots:
                 continue  # taken back before it started: stopping, cancelled, lease lost
             handler = running.handler
             assert handler is not None
-            running.started_at = time.monotonic()
+            send(job_started, self._signal_sender, job=running.job, worker_id=self.worker_id)
+            running.started_at = started = time.monotonic()
             if handler.timeout is not None:
-                running.deadline = running.started_at + handler.timeout
+                running.deadline = started + handler.timeout
             if handler.is_async:
                 outcome = self.event_loop.run(running, handler)
             else:
@@ -349,5 +358,6 @@ class Slots:
                     outcome = run_sync(running.job, handler, connections_checked)
                 finally:
                     current_flag.reset(token)
+            outcome.duration = time.monotonic() - started
             self.finished.append((running, outcome))
             self._wake()

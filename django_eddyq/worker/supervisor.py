@@ -29,7 +29,7 @@ from django_eddyq.worker.signals import (
 )
 from django_eddyq.worker.worker import STUCK_EXIT_CODE, Worker, run_in_this_process
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # A child that dies is restarted after a wait that doubles with each death in a row, up to the
 # cap; one that ran longer than HEALTHY_SECONDS starts the count again.
@@ -40,11 +40,17 @@ POLL_SECONDS = 0.2
 
 
 class Supervisor:
-    def __init__(self, processes: int, make_worker: Callable[[], Worker]) -> None:
+    def __init__(
+        self,
+        processes: int,
+        make_worker: Callable[[], Worker],
+        after: Callable[[Worker], None] | None = None,
+    ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, not {processes}")
         self.processes = processes
         self.make_worker = make_worker
+        self.after = after  # run in each worker process once its worker has stopped
         self._context = multiprocessing.get_context("fork")
         self._children: dict[int, tuple[ForkProcess, float]] = {}  # slot -> process, start
         self._deaths_in_a_row: dict[int, int] = {}
@@ -102,7 +108,7 @@ class Supervisor:
         threading.Thread(
             target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
         ).start()
-        run_in_this_process(worker)
+        run_in_this_process(worker, self.after)
 
     def _reap(self) -> None:
         for slot, (process, started) in list(self._children.items()):

@@ -15,18 +15,20 @@ import secrets
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from django.db import connections
 
-from django_eddyq import registry, sql
+from django_eddyq import __version__, registry, sql
+from django_eddyq.arguments import dumps
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE, Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
+from django_eddyq.signals import send, worker_started, worker_stopping
 from django_eddyq.vocabulary import validate_queue_name
 from django_eddyq.worker.execution import RunningJob
 from django_eddyq.worker.pacing import Pacing
@@ -34,7 +36,7 @@ from django_eddyq.worker.passes import PassRunner
 from django_eddyq.worker.planning import Planner
 from django_eddyq.worker.slots import Slots
 
-logger = logging.getLogger("django_eddyq")
+logger = logging.getLogger(__name__)
 
 # Reconnection waits grow from this, doubling, up to the cap.
 RECONNECT_FIRST_SECONDS = 0.5
@@ -86,7 +88,11 @@ class Worker(Loop):
         self._runner = PassRunner(worker_id=self.id, queues=self.queues, wake=self.wake)
         self._pacing = Pacing(concurrency, poll_interval=self.interval)
         self._slots = Slots(
-            concurrency=concurrency, worker_id=self.id, pacing=self._pacing, wake=self.wake
+            concurrency=concurrency,
+            worker_id=self.id,
+            pacing=self._pacing,
+            wake=self.wake,
+            signal_sender=type(self),
         )
         self._planner = Planner(
             worker_id=self.id,
@@ -96,8 +102,11 @@ class Worker(Loop):
             runner=self._runner,
             slots=self._slots,
             pacing=self._pacing,
+            signal_sender=type(self),
+            seen=self._registry_row,
         )
         self._drain_deadline: float | None = None
+        self._stopping_announced = False  # worker_stopping was sent
         # 0, or STUCK_EXIT_CODE once the worker gave up because every slot was stuck: the
         # process should exit with it (see run_in_this_process), to be replaced.
         self.exit_code = 0
@@ -137,6 +146,7 @@ class Worker(Loop):
             self.concurrency,
             ", burst" if self.burst else "",
         )
+        send(worker_started, type(self), worker=self)
 
     def on_stop(self) -> None:
         if self.elector is not None:
@@ -153,6 +163,7 @@ class Worker(Loop):
         """Stop claiming; running jobs get ``shutdown_timeout`` seconds to finish."""
         if self._drain_deadline is None:
             self._drain_deadline = time.monotonic() + self.shutdown_timeout
+            self._announce_stopping()
         # Leadership is handed over at once, not after the drain.
         if self.elector is not None:
             self.elector.stop()
@@ -192,9 +203,15 @@ class Worker(Loop):
                 if self.burst and self._planner.idle():
                     break
                 self.wait(self._planner.next_wait(self._drain_deadline))
+            self._announce_stopping()  # a burst worker's work is done
             self._hand_back_unfinished()
         finally:
             self.on_stop()
+
+    def _announce_stopping(self) -> None:
+        if not self._stopping_announced:
+            self._stopping_announced = True
+            send(worker_stopping, type(self), worker=self)
 
     def _give_up(self, stuck: list[RunningJob]) -> None:
         """Every slot is stuck: this worker can run nothing more, so it stops, to be replaced."""
@@ -222,6 +239,29 @@ class Worker(Loop):
     def processed(self) -> int:
         """How many jobs' outcomes this worker has written (or found were no longer its own)."""
         return self._planner.processed
+
+    @property
+    def finished(self) -> int:
+        """How many attempts this worker ran to an end it stored."""
+        return self._planner.finished
+
+    @property
+    def handed_back(self) -> int:
+        """How many jobs this worker gave back unstarted (or interrupted by its own stop)."""
+        return self._planner.handed_back
+
+    def _registry_row(self) -> dict[str, Any]:
+        """This worker's row in ``eddyq_workers``, as it is now."""
+        return {
+            "id": self.id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "version": __version__,
+            "queues": None if self.queues is None else dumps(self.queues),
+            "concurrency": self.concurrency,
+            "running": len(self._slots.running),
+            "leader": self.elector is not None and self.elector.is_leader,
+        }
 
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:
@@ -276,11 +316,14 @@ class Worker(Loop):
         return self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
 
 
-def run_in_this_process(worker: Worker) -> None:
-    """Run ``worker`` as this process's worker: once it gave up on stuck handlers
-    (``Worker.exit_code``), or stopped with handlers still running (``Worker.abandoned``), the
-    process ends at once, before any of their jobs can be retried elsewhere."""
+def run_in_this_process(worker: Worker, after: Callable[[Worker], None] | None = None) -> None:
+    """Run ``worker`` as this process's worker, then ``after(worker)``: once it gave up on stuck
+    handlers (``Worker.exit_code``), or stopped with handlers still running
+    (``Worker.abandoned``), the process ends at once, before any of their jobs can be retried
+    elsewhere."""
     worker.run()
+    if after is not None:
+        after(worker)
     if worker.exit_code or worker.abandoned:
         _exit_process(worker.exit_code)
 

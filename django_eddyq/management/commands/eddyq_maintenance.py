@@ -6,10 +6,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
-from django.utils.module_loading import autodiscover_modules
 
+from django_eddyq import registry
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance import Reindexer, all_services
+from django_eddyq.management.report import Report
 
 
 class DryRunRollback(Exception):
@@ -34,7 +35,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        autodiscover_modules("tasks")
+        registry.discover()
         services = {service.name: service for service in all_services()}
         unknown = [name for name in options["services"] if name not in services]
         if unknown:
@@ -42,6 +43,9 @@ class Command(BaseCommand):
                 f"Unknown service {', '.join(unknown)}; choose from {', '.join(services)}."
             )
         chosen = options["services"] or list(services)
+        Report(self.stdout, options["verbosity"]).maintenance_banner(
+            chosen, dry_run=options["dry_run"]
+        )
         for name in chosen:
             service = services[name]
             if options["dry_run"]:

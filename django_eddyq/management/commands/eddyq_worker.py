@@ -6,9 +6,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils.module_loading import autodiscover_modules
 
+from django_eddyq import registry, signals
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.management.report import Report
 from django_eddyq.vocabulary import validate_positive_int, validate_queue_name
 from django_eddyq.worker import Worker
 from django_eddyq.worker.signals import handle_signals, stop_signal_actions
@@ -86,7 +87,19 @@ class Command(BaseCommand):
         if options["shutdown_timeout"] < 0:
             raise CommandError("--shutdown-timeout must not be negative")
         # Imported once here, so that forked worker processes share them.
-        autodiscover_modules("tasks")
+        registry.discover()
+        report = Report(self.stdout, options["verbosity"])
+        report.worker_banner(
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            processes=options["processes"],
+            burst=options["burst"],
+            maintenance=options["maintenance"],
+        )
+        # Connected before any worker process is forked, so that each has them.
+        signals.worker_started.connect(report.worker_started, weak=False)
+        if options["verbosity"] >= 2:
+            signals.job_finished.connect(report.job_finished, weak=False)
 
         def make_worker() -> Worker:
             return Worker(
@@ -98,8 +111,8 @@ class Command(BaseCommand):
             )
 
         if options["processes"] > 1:
-            Supervisor(options["processes"], make_worker).run()
+            Supervisor(options["processes"], make_worker, after=report.worker_stopped).run()
             return
         worker = make_worker()
         handle_signals(stop_signal_actions(worker.stop, who=f"worker {worker.id}"))
-        run_in_this_process(worker)
+        run_in_this_process(worker, after=report.worker_stopped)
