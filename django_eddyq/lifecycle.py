@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from datetime import datetime
 
 import django.db
@@ -14,6 +15,8 @@ logger = logging.getLogger(__name__)
 
 # How long a loop waits after a failing pass grows from this, doubling, up to its interval.
 FIRST_RETRY_SECONDS = 0.5
+# A database unreachable this long is no passing blip but trouble to act on: an ERROR, once.
+PERSISTENT_OUTAGE_SECONDS = 60.0
 # Errors that mean the connection is gone rather than that the pass is wrong.
 DATABASE_UNREACHABLE = (
     psycopg.OperationalError,
@@ -39,6 +42,7 @@ class Loop:
         self._stopping = threading.Event()
         self._woken = threading.Event()
         self._thread: threading.Thread | None = None
+        self._outage_reported = False  # the ERROR of an outage that lasts, said once
 
     # What a subclass provides.
     def run_once(self, now: datetime | None = None) -> int:
@@ -106,6 +110,7 @@ class Loop:
             return
         self.on_start()
         failures = 0
+        failing_since = 0.0
         try:
             while not self.stopping:
                 try:
@@ -116,17 +121,20 @@ class Loop:
                     delay = self.next_delay(interval)
                 except Exception as error:
                     failures += 1
+                    if failures == 1:
+                        failing_since = time.monotonic()
                     delay = min(interval, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
-                    self._log_failure(error, failures, delay)
+                    self._log_failure(error, failures, delay, time.monotonic() - failing_since)
                     self.on_failure()
                 if not self.stopping:
                     self.wait(delay)
         finally:
             self.on_stop()
 
-    def _log_failure(self, error: Exception, failures: int, delay: float) -> None:
-        """A lost database connection is one WARNING until it is back; a bug is an ERROR each
-        time, with its traceback."""
+    def _log_failure(self, error: Exception, failures: int, delay: float, for_: float) -> None:
+        """A lost database connection is one WARNING until it is back, and one ERROR if it
+        stays lost for ``PERSISTENT_OUTAGE_SECONDS``; a bug is an ERROR each time, with its
+        traceback."""
         if not isinstance(error, DATABASE_UNREACHABLE):
             logger.exception("eddyq %s: pass failed; trying again in %.1fs", self.name, delay)
         elif failures == 1:
@@ -135,3 +143,13 @@ class Loop:
                 self.name,
                 str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
             )
+        elif for_ >= PERSISTENT_OUTAGE_SECONDS and not self._outage_reported:
+            self._outage_reported = True
+            logger.error(
+                "eddyq %s: the database is still unreachable after %.0fs and %d tries",
+                self.name,
+                for_,
+                failures,
+            )
+        if failures == 1:
+            self._outage_reported = False

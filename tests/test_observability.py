@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 from django.dispatch import Signal
 
-from django_eddyq import signals
+from django_eddyq import lifecycle, signals
 from django_eddyq.models import Job, WorkerProcess
 from django_eddyq.worker import Worker
 from tests import jobs
@@ -206,3 +207,28 @@ def test_verbosity_zero_prints_nothing(worker_environment: dict[str, str]) -> No
     worker_environment["DJANGO_LOG_LEVEL"] = "CRITICAL"
     jobs.add.enqueue(1, 1)
     assert run_command(worker_environment, "-v", "0") == ""
+
+
+def test_an_outage_that_lasts_becomes_an_error_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lost connection is one WARNING; still lost after PERSISTENT_OUTAGE_SECONDS, one ERROR."""
+    monkeypatch.setattr(lifecycle, "PERSISTENT_OUTAGE_SECONDS", 0.0)
+    monkeypatch.setattr(lifecycle, "FIRST_RETRY_SECONDS", 0.001)
+
+    class Unreachable(lifecycle.Loop):
+        name = "probe"
+        passes = 0
+
+        def interval(self) -> float:
+            return 0.001
+
+        def run_once(self, now: Any = None) -> int:
+            self.passes += 1
+            if self.passes >= 5:
+                self.stop()
+            raise psycopg.OperationalError("the server went away")
+
+    Unreachable().run()
+    levels = [r.levelname for r in caplog.records if "eddyq probe" in r.message]
+    assert levels == ["WARNING", "ERROR"]

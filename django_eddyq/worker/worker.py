@@ -25,7 +25,7 @@ from django_eddyq import __version__, registry, sql
 from django_eddyq.arguments import dumps
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import Elector
-from django_eddyq.lifecycle import DATABASE_UNREACHABLE, Loop
+from django_eddyq.lifecycle import DATABASE_UNREACHABLE, PERSISTENT_OUTAGE_SECONDS, Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
 from django_eddyq.signals import send, worker_started, worker_stopping
@@ -286,14 +286,27 @@ class Worker(Loop):
     def _reconnect(self, error: Exception) -> None:
         logger.warning("eddyq worker %s lost its database connection: %s", self.id, error)
         wait = RECONNECT_FIRST_SECONDS
+        lost_at = time.monotonic()
+        reported = False
+        tries = 0
         while True:
             try:
+                tries += 1
                 self._runner.connect()
                 # The pass whose reply was lost may have claimed jobs this worker never saw.
                 self._planner.hand_back_strays()
             except DATABASE_UNREACHABLE:
                 if self.stopping and self._past_drain_deadline():
                     raise
+                if not reported and time.monotonic() - lost_at >= PERSISTENT_OUTAGE_SECONDS:
+                    reported = True
+                    logger.error(
+                        "eddyq worker %s: still cannot reach the database after %.0fs and %d "
+                        "tries; trying on",
+                        self.id,
+                        time.monotonic() - lost_at,
+                        tries,
+                    )
                 time.sleep(wait)
                 wait = min(wait * 2, RECONNECT_MAX_SECONDS)
                 continue
