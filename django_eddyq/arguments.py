@@ -1,7 +1,13 @@
 """Normalising task arguments and results to JSON that PostgreSQL's jsonb stores exactly.
 
-Tuples become lists, as in Django's Tasks framework. Anything that would not come back from the
-database as it went in is refused with a ``TypeError`` naming where it is.
+Tuples become lists, as in Django's Tasks framework. ``UUID``, ``datetime``, ``date``, ``time``
+and ``Decimal`` values are stored as one-key objects that say what they are
+(``{"$uuid": "…"}``, ``{"$datetime": "2030-01-01T09:00:00+01:00"}``, ``{"$decimal": "9.99"}``),
+readable by any JSON reader, and ``revive`` turns them back into the same values for the task;
+the project's own types go through its ``ARGUMENT_CODEC`` the same way (``{"$<tag>": …}``). A
+dict of the caller's whose only key starts with ``$`` is stored as ``{"$dict": …}``, so that it
+is never taken for one of these. Anything else that would not come back from the database as it
+went in is refused with a ``TypeError`` naming where it is.
 
 Floats need care on the way in and out, because jsonb keeps every number as a ``numeric``: the
 integer digits of ``1e+16`` come back as the int 10000000000000000, and ``-0.0`` as ``0.0``
@@ -14,12 +20,19 @@ numbers (a negative zero as zero). Only text that contains such a float takes th
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from decimal import Decimal
-from typing import Any
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from functools import cache
+from typing import Any, Protocol
+
+from django.utils.module_loading import import_string
+
+from django_eddyq.conf import eddyq_settings
 
 JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
 
@@ -33,6 +46,42 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 NEGATIVE_ZERO = "-0." + "0" * 20
 _STORED_NEGATIVE_ZERO = NEGATIVE_ZERO[1:]
 _DECODER = json.JSONDecoder()
+
+# The keys of the one-key objects that stand for other types.
+ESCAPED_DICT = "$dict"
+_REVIVERS: dict[str, Callable[[Any], Any]] = {
+    "$uuid": uuid.UUID,
+    "$datetime": datetime.datetime.fromisoformat,
+    "$date": datetime.date.fromisoformat,
+    "$time": datetime.time.fromisoformat,
+    "$decimal": Decimal,
+}
+
+
+class ArgumentCodec(Protocol):
+    """What ``EDDYQ["ARGUMENT_CODEC"]`` names: how the project's own types become JSON and back.
+
+    ``encode(value)`` returns ``(tag, json_value)`` for a value of one of its types, else None;
+    ``decode(tag, json_value)`` makes the value again. A tag is a word of its own (not ``uuid``,
+    ``datetime``, ``date``, ``time``, ``decimal`` or ``dict``); the value is stored as
+    ``{"$<tag>": json_value}``.
+    """
+
+    def encode(self, value: Any) -> tuple[str, Any] | None: ...
+
+    def decode(self, tag: str, value: Any) -> Any: ...
+
+
+@cache
+def _codec_at(path: str) -> ArgumentCodec:
+    codec: ArgumentCodec = import_string(path)
+    return codec
+
+
+def argument_codec() -> ArgumentCodec | None:
+    """The codec ``EDDYQ["ARGUMENT_CODEC"]`` names, imported once; None without one."""
+    path = eddyq_settings.ARGUMENT_CODEC
+    return None if path is None else _codec_at(path)
 
 
 def normalize_json(value: Any, *, where: str) -> JSONValue:
@@ -89,10 +138,92 @@ def _normalize(value: Any, where: str, path: str) -> JSONValue:
             if problem is not None:
                 raise _error(where, path, f"a dict key containing {problem}")
             result[key] = _normalize(item, where, f"{path}[{key!r}]")
+        if len(result) == 1 and next(iter(result)).startswith("$"):
+            return {ESCAPED_DICT: result}
         return result
     if isinstance(value, list | tuple):
         return [_normalize(item, where, f"{path}[{index}]") for index, item in enumerate(value)]
-    raise _error(where, path, f"an object of type {type(value).__name__}")
+    return _tagged(value, where, path)
+
+
+def _tagged(value: Any, where: str, path: str) -> JSONValue:
+    """A value of another type as a one-key object saying what it is, or the ``TypeError``."""
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": str(value)}
+    # datetime before date: a datetime is a date.
+    if isinstance(value, datetime.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, datetime.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise _error(where, path, f"the Decimal {value}, which is not a number")
+        return {"$decimal": str(value)}
+    codec = argument_codec()
+    encoded = None if codec is None else codec.encode(value)
+    if encoded is None:
+        raise _error(where, path, f"an object of type {type(value).__name__}")
+    tag, inner = encoded
+    if (
+        not isinstance(tag, str)
+        or not tag.isidentifier()
+        or f"${tag}" in _REVIVERS
+        or (f"${tag}" == ESCAPED_DICT)
+    ):
+        raise TypeError(
+            f"ARGUMENT_CODEC gave {type(value).__name__} the tag {tag!r}: use a word of its own"
+        )
+    return {f"${tag}": _normalize(inner, where, f"{path} (as {tag})")}
+
+
+def load_arguments(data: str) -> Any:
+    """Stored ``args`` (an array) or ``kwargs`` (an object of argument names), from their JSON
+    text, as the task receives them: each argument revived (see ``revive``)."""
+    value = loads(data)
+    # Most arguments hold no tagged value, and their text no "$" at all.
+    if "$" not in data:
+        return value
+    if isinstance(value, list):
+        return [revive(item) for item in value]
+    if isinstance(value, dict):
+        return {name: revive(item) for name, item in value.items()}
+    return value
+
+
+def revive(value: Any) -> Any:
+    """What ``normalize_json`` stored, back as it was given: tagged objects become their values
+    again (through ``ARGUMENT_CODEC`` for the project's tags). ``ValueError`` names a tagged
+    value that cannot be read (an unknown tag, a malformed date)."""
+    if isinstance(value, list):
+        return [revive(item) for item in value]
+    if isinstance(value, dict):
+        if len(value) == 1:
+            ((key, inner),) = value.items()
+            if key.startswith("$"):
+                return _revive_tagged(key, inner)
+        return {key: revive(item) for key, item in value.items()}
+    return value
+
+
+def _revive_tagged(key: str, inner: Any) -> Any:
+    if key == ESCAPED_DICT:
+        if not isinstance(inner, dict):
+            raise ValueError(f"{key} holds {type(inner).__name__}, not an object")
+        return {name: revive(item) for name, item in inner.items()}
+    reviver = _REVIVERS.get(key)
+    try:
+        if reviver is not None:
+            if not isinstance(inner, str):
+                raise ValueError(f"{key} holds {type(inner).__name__}, not a string")
+            return reviver(inner)
+    except (ValueError, InvalidOperation) as error:
+        raise ValueError(f"{key} {inner!r} cannot be read: {error}") from None
+    codec = argument_codec()
+    if codec is None:
+        raise ValueError(f"a value tagged {key!r}, and no ARGUMENT_CODEC to decode it")
+    return codec.decode(key[1:], revive(inner))
 
 
 def _text_problem(text: str) -> str | None:

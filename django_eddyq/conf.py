@@ -175,6 +175,14 @@ def _module_names(value: object, source: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _dotted_path_or_none(value: object, source: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or "." not in value or not _MODULE_NAME.fullmatch(value):
+        raise ValueError(f"{source}: {value!r} is not a dotted path (like 'myapp.codecs.codec')")
+    return value
+
+
 def _periodic(value: object, source: str) -> dict[str, dict[str, object]]:
     if not isinstance(value, Mapping):
         raise ValueError(f"{source}: {value!r} is not a dict of names to dicts of options")
@@ -355,6 +363,7 @@ class EddyqSettings:
     LEADER_RENEW_INTERVAL = Setting("10s", _positive_duration)
     PERIODIC = Setting({}, _periodic, from_environment=None)
     TASK_MODULES = Setting((), _module_names, from_environment=_comma_separated)
+    ARGUMENT_CODEC = Setting(None, _dotted_path_or_none, from_environment=_text_or_none)
 
     @property
     def defaults(self) -> Mapping[str, object]:

@@ -295,3 +295,12 @@ def overlap_probe(seconds: float) -> None:
 async def async_overlap_probe(seconds: float) -> None:
     with Overlap.counting():
         await asyncio.sleep(seconds)
+
+
+# What tasks of the test process received, by job id: for tests that run a worker in-process.
+RECEIVED: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+
+@task
+def receives(job_id: int, *args: Any, **kwargs: Any) -> None:
+    RECEIVED[job_id] = (args, kwargs)

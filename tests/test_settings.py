@@ -155,6 +155,7 @@ PARSED_DEFAULTS: dict[str, object] = {
     "LEADER_RENEW_INTERVAL": timedelta(seconds=10),
     "PERIODIC": {},
     "TASK_MODULES": (),
+    "ARGUMENT_CODEC": None,
 }
 
 
@@ -313,6 +314,7 @@ def test_other_settings_changing_keep_the_cache(monkeypatch: pytest.MonkeyPatch)
         ("REINDEX_INDEXES", "eddyq_jobs_claim_idx", "is not a list of index names"),
         ("REINDEX_INDEXES", ["ok", ""], "'' in ['ok', ''] is not an index name"),
         ("TASK_MODULES", "myapp.jobs", "is not a list of module names"),
+        ("ARGUMENT_CODEC", "codec", "'codec' is not a dotted path"),
         ("TASK_MODULES", ["myapp.jobs", "os system"], "'os system' in"),
         ("PERIODIC", ["nightly"], "is not a dict of names to dicts of options"),
         ("PERIODIC", {"nightly": "0 2 * * *"}, "entry 'nightly' is not a name with a dict"),

@@ -7,14 +7,14 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from django_eddyq.arguments import dumps, loads, normalize_json, storable_text
+from django_eddyq.arguments import dumps, load_arguments, loads, normalize_json, storable_text
 from django_eddyq.cancellation import CancelFlag
 from django_eddyq.durations import delay_seconds
 from django_eddyq.exceptions import Discard, MalformedJob, OutcomeNotStored, Snooze
@@ -58,7 +58,7 @@ def claimed_job(row: Sequence[Any]) -> ClaimedJob:
     on its own: a row that cannot be read fails its own job, never the claim that took it."""
     job_id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch, metadata = row
     try:
-        parsed = loads(args), loads(kwargs), loads(metadata)
+        parsed = load_arguments(args), load_arguments(kwargs), loads(metadata)
     except Exception:  # bad JSON, an integer of too many digits, deep nesting: see which
         parsed = None
     if parsed is not None:
@@ -83,16 +83,21 @@ def claimed_job(row: Sequence[Any]) -> ClaimedJob:
             )
     job = ClaimedJob(job_id, task, [], {}, queue, priority, due, attempt, max_attempts, batch, {})
     job.problem = _problem(
-        job_id, (("args", args, list), ("kwargs", kwargs, dict), ("metadata", metadata, dict))
+        job_id,
+        (
+            ("args", args, list, load_arguments),
+            ("kwargs", kwargs, dict, load_arguments),
+            ("metadata", metadata, dict, loads),
+        ),
     )
     return job
 
 
-def _problem(job_id: int, columns: Sequence[tuple[str, str, type]]) -> str:
-    """What is wrong with the first of ``columns`` (name, JSON text, wanted type) that is."""
-    for column, text, wanted in columns:
+def _problem(job_id: int, columns: Sequence[tuple[str, str, type, Callable[[str], Any]]]) -> str:
+    """What is wrong with the first of ``columns`` (name, JSON text, wanted type, reader)."""
+    for column, text, wanted, read in columns:
         try:
-            value = loads(text)
+            value = read(text)
         except Exception as error:
             return f"the stored {column} of job {job_id} cannot be read: {error!r}"
         if type(value) is not wanted:
