@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from asgiref.sync import sync_to_async
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -233,6 +234,18 @@ class Job(models.Model):
         changed = operations.cancel_job(self.pk)
         self.refresh_from_db()
         return changed
+
+    async def acancel(self) -> bool:
+        """``cancel`` for async code."""
+        return await sync_to_async(self.cancel, thread_sensitive=True)()
+
+    async def aretry(self) -> bool:
+        """``retry`` for async code."""
+        return await sync_to_async(self.retry, thread_sensitive=True)()
+
+    async def arefresh(self) -> None:
+        """Read the job again, from async code: its state, result, errors, as they are now."""
+        await self.arefresh_from_db()
 
     def retry(self) -> bool:
         """Make a failed, cancelled, retryable or scheduled job available now.

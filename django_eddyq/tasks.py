@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
+from asgiref.sync import sync_to_async
 from croniter import croniter
 from django.utils import timezone
 
@@ -129,6 +130,22 @@ class Task[**P, R]:
         ``Call(*args, **kwargs)`` for both.
         """
         return enqueue_calls(self, [_split_call(call, index) for index, call in enumerate(calls)])
+
+    # From async code: the insert runs where Django's async ORM runs its queries
+    # (sync_to_async, thread_sensitive), so it joins that connection's transaction, if any.
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue`` for async code (an async view): ``await task.aenqueue(...)``."""
+        spec = JobSpec.for_task(self, args, kwargs)
+        jobs = await sync_to_async(insert_jobs, thread_sensitive=True)([spec])
+        return jobs[0]
+
+    async def aenqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any] | Call]
+    ) -> list[Job]:
+        """``enqueue_many`` for async code."""
+        split = [_split_call(call, index) for index, call in enumerate(calls)]
+        return await sync_to_async(enqueue_calls, thread_sensitive=True)(self, split)
 
 
 def _split_call(
