@@ -101,8 +101,12 @@ def test_tuples_become_lists_and_values_round_trip() -> None:
     ("args", "kwargs", "message"),
     [
         ((object(),), {}, r"argument 0 is an object of type object"),
-        ((1, {"when": dt.date(2024, 1, 1)}), {}, r"argument 1\['when'\] is an object of type date"),
-        ((), {"amount": decimal.Decimal("1.5")}, r"argument 'amount' is an object of type Decimal"),
+        (
+            (1, {"every": dt.timedelta(days=1)}),
+            {},
+            r"argument 1\['every'\] is an object of type timedelta",
+        ),
+        ((), {"amount": decimal.Decimal("NaN")}, r"argument 'amount' is the Decimal NaN"),
         ((), {"data": [1, [2, {3}]]}, r"argument 'data'\[1\]\[1\] is an object of type set"),
         ((), {"data": {1: "x"}}, r"argument 'data' is a dict key of type int"),
         ((float("nan"),), {}, r"argument 0 is the float nan"),
@@ -133,8 +137,8 @@ def test_enqueue_many_mixes_positional_keyword_and_both() -> None:
 
 
 def test_enqueue_many_inserts_nothing_when_one_item_is_invalid() -> None:
-    with pytest.raises(TypeError, match=r"argument 'when' is an object of type datetime"):
-        jobs.echo.enqueue_many([(1,), {"when": timezone.now()}, (3,)])
+    with pytest.raises(TypeError, match=r"argument 'every' is an object of type timedelta"):
+        jobs.echo.enqueue_many([(1,), {"every": dt.timedelta(hours=1)}, (3,)])
     assert not Job.objects.exists()
 
 
