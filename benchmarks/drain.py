@@ -1,10 +1,12 @@
 """How fast one ``eddyq_worker --burst`` drains pre-enqueued no-op jobs, start-up included.
 
     python benchmarks/drain.py [--jobs 10000] [--concurrency 10] [--processes 1] [--runs 3]
+                               [--instrumented]
 
 Runs against ``DATABASE_URL`` (or the demo's embedded PostgreSQL), in a database of its own
 (``eddyq_bench``) so that it never touches your jobs. Prints jobs per second per run (and how
-much of it was start-up) and the median.
+much of it was start-up) and the median. ``--instrumented`` drains with the observability on
+(see ``INSTRUMENTED_ARGUMENTS``), as run.py's ``drain_c10_instrumented`` row does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parent.parent
 MANAGE = REPO / "testproject" / "manage.py"
 BENCH_DATABASE = "eddyq_bench"
+
+# What an instrumented drain's worker gets on top of a plain one's, here and in run.py's
+# drain_c10_instrumented row: Prometheus metrics on, served on a free port of this machine
+# (--metrics-port turns METRICS on); and OpenTelemetry tracing on, an SDK tracer provider
+# recording every attempt's span, through a batch span processor to an exporter that drops
+# them (TESTPROJECT_OTEL: testproject/testproject/otel.py).
+INSTRUMENTED_ARGUMENTS = ["--metrics-port", "0", "--metrics-address", "127.0.0.1"]
+INSTRUMENTED_ENVIRONMENT: dict[str, str] = {"TESTPROJECT_OTEL": "drop"}
 
 
 def setup_django() -> None:
@@ -52,7 +62,10 @@ def create_database(maintenance_url: str) -> None:
 
 
 def drain_once(
-    jobs: int, worker_arguments: list[str], timeout: float | None = None
+    jobs: int,
+    worker_arguments: list[str],
+    timeout: float | None = None,
+    environment: dict[str, str] | None = None,
 ) -> tuple[float, float, float]:
     """Jobs per second from spawn to exit; seconds from spawn to the first claim; jobs per
     second from the first claim to the last completion (the database's clock, this machine's)."""
@@ -72,7 +85,7 @@ def drain_once(
     subprocess.run(
         [sys.executable, str(MANAGE), "eddyq_worker", "--burst", *worker_arguments],
         check=True,
-        env={**os.environ, "DJANGO_LOGGING_LEVEL": "WARNING"},
+        env={**os.environ, "DJANGO_LOGGING_LEVEL": "WARNING", **(environment or {})},
         stdout=subprocess.DEVNULL,
         timeout=timeout,
     )
@@ -96,14 +109,21 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--instrumented", action="store_true", help="metrics (and tracing) on in the worker"
+    )
     options = parser.parse_args()
     setup_django()
     worker_arguments = ["--concurrency", str(options.concurrency)]
     if options.processes > 1:
         worker_arguments += ["--processes", str(options.processes)]
+    environment = None
+    if options.instrumented:
+        worker_arguments += INSTRUMENTED_ARGUMENTS
+        environment = INSTRUMENTED_ENVIRONMENT
     rates = []
     for run in range(1, options.runs + 1):
-        rate, start_up, steady = drain_once(options.jobs, worker_arguments)
+        rate, start_up, steady = drain_once(options.jobs, worker_arguments, None, environment)
         rates.append(rate)
         print(
             f"run {run}: {options.jobs} jobs drained at {rate:,.0f} jobs/s (start-up to the "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common, harness
-from benchmarks.drain import drain_once
+from benchmarks.drain import INSTRUMENTED_ARGUMENTS, INSTRUMENTED_ENVIRONMENT, drain_once
 
 NOOP = "benchmarks.noop.noop"
 
@@ -65,6 +65,8 @@ class Eddyq(harness.Subject):
             argv += ["--processes", str(options["processes"])]
         if mode == "drain":
             argv.append("--burst")
+        if options.get("instrumented"):
+            argv += INSTRUMENTED_ARGUMENTS
         return argv
 
     def count(self) -> int:
@@ -223,21 +225,25 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
             results, "enqueue_many", harness.enqueue_many, queue, config["many"], config["chunk"]
         )
     if "drain" in wanted:
-        for key, options in [
-            ("drain_c1", {"concurrency": 1}),
-            ("drain_c10", {"concurrency": 10}),
-            ("drain_p2", {"concurrency": 10, "processes": 2}),
+        # The instrumented row right after the plain one it is compared with.
+        instrumented = Eddyq(queue.url, {**queue.env, **INSTRUMENTED_ENVIRONMENT})
+        for key, drained, options in [
+            ("drain_c1", queue, {"concurrency": 1}),
+            ("drain_c10", queue, {"concurrency": 10}),
+            ("drain_c10_instrumented", instrumented, {"concurrency": 10, "instrumented": True}),
+            ("drain_p2", queue, {"concurrency": 10, "processes": 2}),
         ]:
             harness.guarded(
                 results,
                 key,
                 harness.drain,
-                queue,
+                drained,
                 config["drain"],
                 options,
                 log_dir=log_dir,
                 timeout=timeout,
             )
+        instrumented.close()
     if "latency" in wanted:
         harness.guarded(
             results,

@@ -297,6 +297,11 @@ def sections(sizes: dict[str, Any], by_key: dict[str, Subject]) -> list[Section]
             "jobs/s",
             [
                 Row("eddyq", "drain_c10", "django-eddyq     eddyq_worker --burst --concurrency 10"),
+                Row(
+                    "eddyq",
+                    "drain_c10_instrumented",
+                    "django-eddyq     --concurrency 10, metrics and tracing on",
+                ),
                 Row("eddyq", "drain_c1", "django-eddyq     eddyq_worker --burst --concurrency 1"),
                 Row("eddyq", "drain_p2", "django-eddyq     --processes 2 --concurrency 10"),
                 Row("raw", "claim_batch100", "raw psycopg      claim + complete, batch 100"),
@@ -396,6 +401,14 @@ def targets(by_key: dict[str, Subject], extras: dict[str, Any]) -> list[dict[str
             f"{drain / raw100:.0%}",
             "≥ 60 %",
             drain >= 0.6 * raw100,
+        )
+    instrumented = get("eddyq", "drain_c10_instrumented")
+    if drain and instrumented:
+        check(
+            "drain with metrics and tracing on ≥ 90 % of the plain drain",
+            f"{instrumented / drain:.0%}",
+            "≥ 90 %",
+            instrumented >= 0.9 * drain,
         )
     many = get("eddyq", "enqueue_many")
     copy = get("raw", "copy")

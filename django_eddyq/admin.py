@@ -1,4 +1,5 @@
-"""The admin: where an operator inspects jobs, batches and queues, and retries, cancels or pauses.
+"""The admin: where an operator inspects jobs, batches, queues and workers, and retries, cancels
+or pauses.
 
 Fast at any number of jobs: the job list never counts more than ``EXACT_COUNT_LIMIT`` rows (past
 that it shows an estimate), every filter reads an index or a bounded list, and nothing is
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -23,6 +24,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
@@ -40,7 +42,9 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_eddyq import inspection
-from django_eddyq.models import Batch, Job, Queue
+from django_eddyq.conf import eddyq_settings
+from django_eddyq.durations import format_duration
+from django_eddyq.models import Batch, Job, Queue, WorkerProcess
 from django_eddyq.retention import job_retention_deadline
 from django_eddyq.vocabulary import TERMINAL_STATES
 
@@ -112,6 +116,20 @@ def _hidden_field(description: Any) -> Callable[[Any, Any], str]:
 
 def _badge(state: str, label: Any) -> SafeString:
     return format_html('<span class="eddyq-state eddyq-state-{}">{}</span>', state, label)
+
+
+def _ago(delta: timedelta | None) -> str:
+    """How long ago, by the database's clock (``delta`` was computed there): "12s ago"."""
+    if delta is None:
+        return ""
+    seconds = max(round(delta.total_seconds()), 0)
+    if seconds >= 3600:
+        seconds -= seconds % 60  # to the minute
+    return str(_("%(duration)s ago") % {"duration": format_duration(timedelta(seconds=seconds))})
+
+
+def _worker_url(worker_id: str) -> str:
+    return reverse("admin:django_eddyq_workerprocess_change", args=[quote(worker_id)])
 
 
 def _job_list_url(**params: Any) -> str:
@@ -382,7 +400,7 @@ class JobAdmin(EstimatingAdmin):
     change_form_template = "admin/django_eddyq/job/change_form.html"
 
     summary_fields = (
-        ("id", "state_badge", "attempts", "priority"),
+        ("id", "state_badge", "attempts", "worker_display", "priority"),
         ("task", "queue", "batch_link"),
         ("created_at", "run_at", "attempted_at", "finalized_at"),
         ("retention_display", "unique_key"),
@@ -426,6 +444,41 @@ class JobAdmin(EstimatingAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Any:
+        """The job, knowing which of its attempts' workers have a row on the Workers page that
+        this user may see (one query), for the links."""
+        job = super().get_object(request, object_id, from_field)
+        if job is not None:
+            job.eddyq_linked_workers = self._linked_workers(request, job)
+        return job
+
+    def _linked_workers(self, request: HttpRequest, job: Job) -> frozenset[str]:
+        if not self.admin_site.is_registered(WorkerProcess):
+            return frozenset()
+        if not self.admin_site.get_model_admin(WorkerProcess).has_view_permission(request):
+            return frozenset()
+        workers = {worker for worker in (job.attempted_by, job.locked_by) if worker}
+        if isinstance(job.errors, list):
+            for entry in job.errors:
+                if isinstance(entry, dict):
+                    worker = entry.get("worker") or entry.get("rescued_from")
+                    if isinstance(worker, str) and worker:
+                        workers.add(worker)
+        if not workers:
+            return frozenset()
+        rows = WorkerProcess.objects.using(job._state.db).filter(pk__in=workers)
+        return frozenset(rows.values_list("pk", flat=True))
+
+    @staticmethod
+    def _worker(job: Job, worker_id: str) -> SafeString | str:
+        """A worker's id, linked to its row of the Workers page when it has one (see
+        get_object)."""
+        if worker_id in getattr(job, "eddyq_linked_workers", ()):
+            return format_html('<a href="{}">{}</a>', _worker_url(worker_id), worker_id)
+        return worker_id
 
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         changelist = super().get_changelist_instance(request)
@@ -488,6 +541,15 @@ class JobAdmin(EstimatingAdmin):
     def attempts(self, job: Job) -> str:
         return f"{job.attempt} / {job.max_attempts}"
 
+    @admin.display(description=_("worker"))
+    def worker_display(self, job: Job) -> SafeString | str:
+        """The worker of the latest attempt: the one holding it while it runs, else the one
+        that ran it last."""
+        worker = (job.locked_by if job.state == Job.State.RUNNING else None) or job.attempted_by
+        if not worker:
+            return "—"
+        return self._worker(job, worker)
+
     @admin.display(description=_("last error"))
     def last_error_line(self, job: Job) -> str:
         line = getattr(job, "last_error", None)
@@ -548,8 +610,18 @@ class JobAdmin(EstimatingAdmin):
     def errors_without_tracebacks(self, job: Job) -> SafeString | str:
         return self._errors_of(job, payload=False)
 
-    @staticmethod
-    def _errors_of(job: Job, *, payload: bool) -> SafeString | str:
+    @classmethod
+    def _attempt_worker(cls, job: Job, entry: dict[str, Any]) -> SafeString | str:
+        """Who ran the failed attempt of ``entry``: its worker, or the one it was rescued
+        from."""
+        for key, label in (("worker", _("worker")), ("rescued_from", _("rescued from"))):
+            worker = entry.get(key)
+            if worker:
+                return format_html(" · {} {}", label, cls._worker(job, str(worker)))
+        return ""
+
+    @classmethod
+    def _errors_of(cls, job: Job, *, payload: bool) -> SafeString | str:
         """Each attempt's error; its traceback, or an entry of another shape, with ``payload``."""
         if not job.errors:
             return str(_("No errors."))
@@ -564,9 +636,7 @@ class JobAdmin(EstimatingAdmin):
                 entry.get("attempt", number),
                 _error_time(entry.get("at")),
                 entry.get("error", ""),
-                format_html(" · {} {}", _("rescued from"), entry["rescued_from"])
-                if entry.get("rescued_from")
-                else "",
+                cls._attempt_worker(job, entry),
             )
             traceback = entry.get("traceback") or ""
             if traceback and payload:
@@ -989,3 +1059,154 @@ class QueueAdmin(EddyqAdmin):
     @admin.action(permissions=["change"], description=_("Resume selected queues"))
     def resume_queues(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
         self._set_paused(request, queryset, Queue.resume, paused=False)
+
+
+# Workers.
+
+WORKER_STATUS_LABELS = {"running": _("running"), "lost": _("lost"), "stopped": _("stopped")}
+#: Hosts listed by the host filter, at most.
+HOST_LIMIT = 100
+
+
+class WorkerStatusFilter(admin.SimpleListFilter):
+    """Running, lost or stopped, by the database's clock (``inspection.with_worker_status``)."""
+
+    title = _("status")
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return list(WORKER_STATUS_LABELS.items())
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        value = self.value()
+        return queryset.filter(status=value) if value else queryset
+
+
+class WorkerHostFilter(admin.SimpleListFilter):
+    """The hosts of the registry, which the queue cleaner keeps short: one bounded query."""
+
+    title = _("host")
+    parameter_name = "host"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        hosts = WorkerProcess.objects.order_by("host").values_list("host", flat=True).distinct()
+        names = list(hosts[:HOST_LIMIT])
+        value = self.value()
+        if value and value not in names:
+            names.append(value)
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        value = self.value()
+        return queryset.filter(host=value) if value else queryset
+
+
+#: Running workers first, then the lost ones, then the stopped; by host and pid.
+WORKER_ORDERING = ("status_order", "host", "pid")
+
+
+class WorkerChangeList(EddyqChangeList):
+    def _get_default_ordering(self) -> list[Any]:
+        # The order the list is in, for the column headers: ModelAdmin.ordering cannot name an
+        # annotation (the system checks refuse it), so Django would show the model's.
+        return list(WORKER_ORDERING)
+
+
+@admin.register(WorkerProcess)
+class WorkerProcessAdmin(EstimatingAdmin):
+    """The registry of workers, read-only: workers register and renew their rows themselves,
+    and the queue cleaner deletes the forgotten ones. Whether a worker is lost is decided by
+    the database's clock, never the web server's."""
+
+    list_display = (
+        "id",
+        "status_badge",
+        "host",
+        "pid",
+        "queues_display",
+        "concurrency",
+        "started_at",
+        "last_seen",
+        "running",
+        "leader_display",
+    )
+    list_filter = (WorkerStatusFilter, WorkerHostFilter)
+    sortable_by = ("id", "status_badge", "host", "pid", "started_at", "last_seen", "running")
+    list_per_page = 100
+    actions = None
+    change_list_template = "admin/django_eddyq/workerprocess/change_list.html"
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "status_badge",
+                    ("host", "pid"),
+                    "version",
+                    ("queues_display", "concurrency"),
+                    "started_at",
+                    "last_seen",
+                    "stopped_at",
+                    "running",
+                    "leader_display",
+                )
+            },
+        ),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
+        # Annotated before the ordering, which sorts by the status.
+        workers = inspection.with_worker_status(WorkerProcess.objects.all())
+        return workers.order_by(*self.get_ordering(request))
+
+    def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
+        return WORKER_ORDERING
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return WorkerChangeList
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # workers write their own rows
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the queue cleaner deletes them after WORKER_RETENTION
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        retention = eddyq_settings.WORKER_RETENTION
+        extra_context = {
+            **(extra_context or {}),
+            "eddyq_stale_after": format_duration(eddyq_settings.STALE_AFTER),
+            "eddyq_worker_retention": None if retention is None else format_duration(retention),
+        }
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description=_("status"), ordering="status_order")
+    def status_badge(self, worker: WorkerProcess) -> SafeString:
+        status = getattr(worker, "status", "")
+        return format_html(
+            '<span class="eddyq-state eddyq-worker-{}">{}</span>',
+            status,
+            WORKER_STATUS_LABELS.get(status, status),
+        )
+
+    @admin.display(description=_("queues"))
+    def queues_display(self, worker: WorkerProcess) -> str:
+        if worker.queues is None:
+            return str(_("all"))
+        if isinstance(worker.queues, list):
+            return ", ".join(str(queue) for queue in worker.queues)
+        return json.dumps(worker.queues)
+
+    @admin.display(description=_("last seen"), ordering="last_seen_at")
+    def last_seen(self, worker: WorkerProcess) -> str:
+        return f"{format_datetime(worker.last_seen_at)} ({_ago(getattr(worker, 'seen_ago', None))})"
+
+    @admin.display(description=_("leader"), boolean=True)
+    def leader_display(self, worker: WorkerProcess) -> bool | None:
+        """Whether it leads; unknown for a lost worker that led when last seen."""
+        if not worker.leader:
+            return False
+        return True if getattr(worker, "status", "") == "running" else None

@@ -11,3 +11,7 @@ class EddyqConfig(AppConfig):
     def ready(self) -> None:
         # Registers the system checks.
         from django_eddyq import checks  # noqa: F401
+        from django_eddyq.metrics import enable_if_configured
+
+        # Counts jobs for Prometheus when METRICS is on (imports prometheus_client only then).
+        enable_if_configured()

@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, connections
 from django.db.utils import load_backend
 
-from django_eddyq import sql
+from django_eddyq import metrics, sql
 from django_eddyq.conf import (
     DEFAULTS,
     ENV_PREFIX,
@@ -35,6 +35,7 @@ UNKNOWN_DATABASE = "django_eddyq.E005"
 NOT_POSTGRESQL = "django_eddyq.E006"
 UNKNOWN_REINDEX_INDEX = "django_eddyq.E007"
 INVALID_PERIODIC_JOB = "django_eddyq.E008"
+METRICS_NOT_INSTALLED = "django_eddyq.E009"
 UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
 LEADER_RENEWAL_LATE = "django_eddyq.W002"
 
@@ -239,3 +240,21 @@ def check_periodic_jobs(app_configs: AppConfigs = None, **kwargs: Any) -> list[C
                 Error(str(error), hint="See docs/maintenance.md.", id=INVALID_PERIODIC_JOB)
             )
     return errors
+
+
+@register(TAG)
+def check_metrics_installed(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    """METRICS needs prometheus-client, which is an optional extra."""
+    try:
+        wanted = eddyq_settings.METRICS
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    if not wanted or metrics.installed():
+        return []
+    return [
+        Error(
+            "METRICS is on but prometheus-client is not installed.",
+            hint=metrics.INSTALL,
+            id=METRICS_NOT_INSTALLED,
+        )
+    ]

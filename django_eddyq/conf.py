@@ -363,6 +363,7 @@ class EddyqSettings:
     LEADER_RENEW_INTERVAL = Setting("10s", _positive_duration)
     PERIODIC = Setting({}, _periodic, from_environment=None)
     TASK_MODULES = Setting((), _module_names, from_environment=_comma_separated)
+    METRICS = Setting(False, _bool, from_environment=_bool_text)
     ARGUMENT_CODEC = Setting(None, _dotted_path_or_none, from_environment=_text_or_none)
 
     @property

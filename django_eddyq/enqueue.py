@@ -21,7 +21,7 @@ from django.db.models.base import ModelState
 from psycopg.copy import QueuedLibpqWriter
 from psycopg.types.json import Jsonb
 
-from django_eddyq import db, sql
+from django_eddyq import db, sql, tracing
 from django_eddyq.arguments import dumps, normalize_arguments, normalize_json
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.signals import job_enqueued, send
@@ -136,17 +136,34 @@ def enqueue_calls(
     """
     if len(calls) < COPY_THRESHOLD or task.unique_key is not None or task.unique_for is not None:
         return insert_jobs(JobSpec.for_calls(task, calls))
-    return _copy_calls(eddyq_settings.DATABASE, JobSpec.for_task(task, (), {}), calls)
+    template = JobSpec.for_task(task, (), {})
+    if (spans := tracing.spans()) is not None:
+        return spans.publish(
+            [template],
+            lambda: _copy_calls(eddyq_settings.DATABASE, template, calls),
+            count=len(calls),
+        )
+    return _copy_calls(eddyq_settings.DATABASE, template, calls)
 
 
-def insert_jobs(specs: Sequence[JobSpec], cursor: Any = None) -> list[Job]:
+def insert_jobs(
+    specs: Sequence[JobSpec], cursor: Any = None, *, own_trace: bool = False
+) -> list[Job]:
     """Insert the jobs in one statement on the queue's database, in the caller's transaction.
 
     A committed insert wakes idle workers through NOTIFY; a rolled-back one leaves no trace.
     ``cursor``, a Django or psycopg cursor, runs it in that cursor's transaction instead.
+    With tracing on, in a producer span; ``own_trace``: one that starts a trace of its own
+    (batch callbacks, periodic runs: see ``tracing``).
     """
     if not specs:
         return []
+    if (spans := tracing.spans()) is not None:
+        return spans.publish(specs, lambda: _insert_jobs(specs, cursor), own_trace=own_trace)
+    return _insert_jobs(specs, cursor)
+
+
+def _insert_jobs(specs: Sequence[JobSpec], cursor: Any) -> list[Job]:
     alias = eddyq_settings.DATABASE
     touch = _queues_to_touch(
         alias, {spec.queue for spec in specs}, django_transaction=cursor is None

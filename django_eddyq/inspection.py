@@ -1,9 +1,10 @@
-"""Cheap reads for the admin: bounded counts, estimates, the queue overview.
+"""Cheap reads for the admin: bounded counts, estimates, the queue overview; and for the health
+probes and the gauges, the queues' latency and the workers' status.
 
 Nothing here reads more rows than a bounded number, however many jobs there are: a count stops
 at ``EXACT_COUNT_LIMIT`` and past that becomes an estimate, from the planner's statistics;
-queue names come from the queue table and task paths from a skip scan of their index, never from
-a scan of every job. Their SQL is in ``sql.py``.
+queue names come from the queue table, and task paths and the queues' oldest due jobs from skip
+scans of their indexes, never from a scan of every job. Their SQL is in ``sql.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,7 +24,7 @@ from django.db.models.functions import Now
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import ELECTION
-from django_eddyq.models import Job, Leader, Queue
+from django_eddyq.models import Job, Leader, Queue, WorkerProcess
 from django_eddyq.retention import Retention, job_expiries
 from django_eddyq.vocabulary import TERMINAL_STATES
 
@@ -38,6 +39,8 @@ EXACT_COUNT_LIMIT = 10_000
 QUEUE_LIMIT = 100
 #: Tasks listed by the task filter, at most.
 TASK_LIMIT = 100
+#: A worker's status in the registry, by the database's clock: see ``with_worker_status``.
+WORKER_STATUSES = ("running", "lost", "stopped")
 
 
 # Counts and estimates.
@@ -220,6 +223,47 @@ def task_names(using: str | None = None, limit: int = TASK_LIMIT) -> list[str]:
     with connections[using or eddyq_settings.DATABASE].cursor() as cursor:
         cursor.execute(sql.TASK_NAMES, {"limit": limit})
         return [name for (name,) in cursor.fetchall()]
+
+
+def queue_latencies(using: str | None = None) -> dict[str, float]:
+    """Per queue, how long its oldest due available job has waited: seconds since its run_at,
+    by the database's clock (``inf`` for a run_at of -infinity). Queues without a due available
+    job are left out, paused ones are not. A few index probes per queue and priority
+    (``sql.QUEUE_LATENCY``), never a read of every available job."""
+    with connections[using or eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql.QUEUE_LATENCY)
+        return {str(queue): float(seconds) for queue, seconds in cursor.fetchall()}
+
+
+def with_worker_status(
+    workers: models.QuerySet[WorkerProcess], stale_after: timedelta | None = None
+) -> models.QuerySet[Any]:
+    """``workers`` annotated by the database's clock, never the web server's: ``status``,
+    ``"running"`` (not stopped, seen within ``stale_after``, STALE_AFTER by default), ``"lost"``
+    (not stopped, unseen for longer: killed, frozen or cut off) or ``"stopped"`` (it said so);
+    ``status_order``, 0, 1 and 2 in that order; and ``seen_ago``, how long since it was last
+    seen (for a stopped worker, since it stopped)."""
+    stale_after = eddyq_settings.STALE_AFTER if stale_after is None else stale_after
+    stale_since = models.ExpressionWrapper(
+        Now() - models.Value(stale_after), output_field=models.DateTimeField()
+    )
+
+    def status(values: tuple[Any, ...], field: models.Field[Any, Any]) -> models.Case:
+        running, lost, stopped = (models.Value(value) for value in values)
+        return models.Case(
+            models.When(stopped_at__isnull=False, then=stopped),
+            models.When(last_seen_at__lt=stale_since, then=lost),
+            default=running,
+            output_field=field,
+        )
+
+    return workers.annotate(
+        status=status(WORKER_STATUSES, models.CharField()),
+        status_order=status((0, 1, 2), models.IntegerField()),
+        seen_ago=models.ExpressionWrapper(
+            Now() - models.F("last_seen_at"), output_field=models.DurationField()
+        ),
+    )
 
 
 def state_counts_query(retention: Retention, limit: int) -> tuple[str, list[Any]]:

@@ -79,7 +79,8 @@ def complete_batches(cursor: Any, batch_ids: Sequence[int]) -> list[int]:
         counted = _json(counts)
         if isinstance(spec.kwargs, dict):
             spec.kwargs["counts"] = {state: counted.get(state, 0) for state in TERMINAL_STATES}
-        [callback] = insert_jobs([spec], cursor=cursor)
+        # A trace of its own: the context current here (a pass's, a request's) is not its.
+        [callback] = insert_jobs([spec], cursor=cursor, own_trace=True)
         cursor.execute(sql.SET_BATCH_CALLBACK_JOB, {"id": batch_id, "job_id": callback.pk})
     return completed
 

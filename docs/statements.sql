@@ -948,3 +948,113 @@ WITH RECURSIVE tasks(task) AS (
     WHERE previous.task IS NOT NULL
 )
 SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
+
+-- sql.QUEUE_LATENCY
+WITH RECURSIVE firsts(queue, priority, run_at) AS (
+    (SELECT queue, priority, run_at FROM eddyq_jobs
+     WHERE state = 'available'
+     ORDER BY queue, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.priority, next.run_at
+    FROM firsts AS previous
+    CROSS JOIN LATERAL (
+        (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
+         WHERE job.state = 'available' AND job.queue = previous.queue
+           AND job.priority < previous.priority
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
+         WHERE job.state = 'available' AND job.queue > previous.queue
+         ORDER BY job.queue, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+)
+SELECT queue, (extract(epoch FROM now()) - extract(epoch FROM min(run_at)))::float8
+FROM firsts
+WHERE run_at <= now()
+GROUP BY queue
+ORDER BY queue
+
+-- sql.METRICS_GAUGES
+WITH queues AS MATERIALIZED (
+    SELECT name, paused_at IS NOT NULL AS paused FROM eddyq_queues
+    ORDER BY name
+    LIMIT %(queue_limit)s
+), sampled AS (
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'running'
+     ORDER BY locked_until LIMIT %(limit)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state IN ('scheduled', 'retryable')
+     ORDER BY run_at LIMIT %(limit)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'completed'
+     ORDER BY state, finalized_at DESC LIMIT %(sample)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'failed'
+     ORDER BY state, finalized_at DESC LIMIT %(sample)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'cancelled'
+     ORDER BY state, finalized_at DESC LIMIT %(sample)s)
+)
+SELECT 'queue' AS kind, queues.name AS queue, NULL::text AS state,
+       queues.paused::integer::bigint AS jobs, NULL::float8 AS seconds
+FROM queues
+UNION ALL
+SELECT 'latency', latency.queue, NULL, NULL, latency.seconds
+FROM (
+WITH RECURSIVE firsts(queue, priority, run_at) AS (
+    (SELECT queue, priority, run_at FROM eddyq_jobs
+     WHERE state = 'available'
+     ORDER BY queue, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.priority, next.run_at
+    FROM firsts AS previous
+    CROSS JOIN LATERAL (
+        (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
+         WHERE job.state = 'available' AND job.queue = previous.queue
+           AND job.priority < previous.priority
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
+         WHERE job.state = 'available' AND job.queue > previous.queue
+         ORDER BY job.queue, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+)
+SELECT queue, (extract(epoch FROM now()) - extract(epoch FROM min(run_at)))::float8
+FROM firsts
+WHERE run_at <= now()
+GROUP BY queue
+ORDER BY queue
+) AS latency(queue, seconds)
+UNION ALL
+SELECT 'available', queues.name, 'available',
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                              WHERE job.state = 'available' AND job.queue = queues.name
+                              LIMIT %(limit)s) AS counted),
+       NULL
+FROM queues
+UNION ALL
+SELECT 'sampled', sampled.queue, sampled.state, count(*), NULL
+FROM sampled
+GROUP BY sampled.queue, sampled.state
+UNION ALL
+SELECT 'estimate', NULL, mcv.state, round(mcv.frequency * class.reltuples)::bigint, NULL
+FROM pg_class AS class
+JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+JOIN pg_stats AS stats
+  ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
+ AND stats.attname = 'state'
+CROSS JOIN LATERAL unnest(stats.most_common_vals::text::text[], stats.most_common_freqs)
+    AS mcv(state, frequency)
+WHERE class.oid = to_regclass('eddyq_jobs') AND class.reltuples > 0
+
+-- sql.METRICS_READ_SETTINGS
+SELECT set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('jit', 'off', true)

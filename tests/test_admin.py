@@ -14,8 +14,10 @@ from urllib.parse import urlencode
 
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -25,7 +27,7 @@ from django_eddyq import inspection, retention, sql
 from django_eddyq.admin import format_datetime
 from django_eddyq.election import ELECTION
 from django_eddyq.maintenance.cleaner import Cleaner
-from django_eddyq.models import Batch, Job, Leader, Queue
+from django_eddyq.models import Batch, Job, Leader, Queue, WorkerProcess
 from tests.factories import BatchFactory, JobFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.django_db
 JOBS = reverse("admin:django_eddyq_job_changelist")
 BATCHES = reverse("admin:django_eddyq_batch_changelist")
 QUEUES = reverse("admin:django_eddyq_queue_changelist")
+WORKERS = reverse("admin:django_eddyq_workerprocess_changelist")
 MICROSECOND = timedelta(microseconds=1)
 
 
@@ -94,7 +97,7 @@ def ids_listed(response: Any) -> list[int]:
 def test_staff_without_permissions_gets_403() -> None:
     client = staff_client()
     job = failed_job()
-    for url in (JOBS, job_url(job), BATCHES, QUEUES):
+    for url in (JOBS, job_url(job), BATCHES, QUEUES, WORKERS):
         assert client.get(url).status_code == 403
     assert action(client, "retry_jobs", [job]).status_code == 403
     job.refresh_from_db()
@@ -146,7 +149,7 @@ def test_the_detail_page_saves_nothing_even_with_change_permission(changer: Clie
 
 
 def test_nothing_can_be_added(superuser: Client) -> None:
-    for model in ("job", "batch", "queue"):
+    for model in ("job", "batch", "queue", "workerprocess"):
         assert superuser.get(reverse(f"admin:django_eddyq_{model}_add")).status_code == 403
 
 
@@ -428,6 +431,10 @@ LIST_PARAMETERS = [
     (BATCHES, "p"),
     (QUEUES, "q"),
     (QUEUES, "paused_at__isempty"),
+    (WORKERS, "status"),
+    (WORKERS, "host"),
+    (WORKERS, "p"),
+    (WORKERS, "o"),
 ]
 
 
@@ -435,6 +442,7 @@ LIST_PARAMETERS = [
 def test_odd_list_parameters_get_a_normal_page(superuser: Client, url: str, parameter: str) -> None:
     failed_job(batch=BatchFactory())
     QueueFactory(name="default")
+    registry()
     for value in ODD_VALUES:
         response = superuser.get(url, {parameter: value})
         # The list, or Django's redirect for parameters it cannot use (?e=1).
@@ -465,7 +473,8 @@ def test_only_the_filters_lookups_are_taken_from_the_url(
 def test_every_filter_choice_works(superuser: Client) -> None:
     QueueFactory(name="default", paused_at=timezone.now())
     failed_job(batch=BatchFactory())
-    for url in (JOBS, f"{JOBS}?batch={Batch.objects.get().pk}", BATCHES, QUEUES):
+    registry()
+    for url in (JOBS, f"{JOBS}?batch={Batch.objects.get().pk}", BATCHES, QUEUES, WORKERS):
         changelist = superuser.get(url).context["cl"]
         for spec in changelist.filter_specs:
             for choice in spec.choices(changelist):
@@ -476,12 +485,15 @@ def test_every_filter_choice_works(superuser: Client) -> None:
 def test_odd_object_urls_are_missing_objects(superuser: Client) -> None:
     job = failed_job(batch=BatchFactory())
     QueueFactory(name="default")
+    registry()
     odd_keys = [*NOT_IDS[:4], "1\x00"]
     urls = [
         *[("job", key) for key in [*odd_keys, arabic_indic(job.pk)]],
         *[("batch", key) for key in [*odd_keys, arabic_indic(job.batch_id or 0)]],
         ("queue", "default\x00"),  # PostgreSQL text holds no NUL
         ("queue", "x" * 5000),
+        ("workerprocess", "web-1:1:live\x00"),
+        ("workerprocess", "x" * 5000),
     ]
     for model, key in urls:
         for view in ("change", "history"):
@@ -1080,3 +1092,207 @@ def test_batches_and_queues_cannot_be_deleted(superuser: Client) -> None:
         reverse("admin:django_eddyq_queue_delete", args=[queue.pk]),
     ):
         assert superuser.post(url, {"post": "yes"}).status_code == 403
+
+
+# Workers.
+
+
+def worker_url(worker_id: str) -> str:
+    return reverse("admin:django_eddyq_workerprocess_change", args=[quote(worker_id)])
+
+
+def registry() -> dict[str, WorkerProcess]:
+    """A live worker that leads, one that stopped, and one lost (unseen for ten minutes, and
+    leading when last seen): their times by the database's clock."""
+    rows = {
+        "live": ("web-1", 11, None, timedelta(seconds=2), None, 3, True),
+        "stopped": ("web-2", 22, ["emails", "reports"], timedelta(minutes=2), True, 0, False),
+        "lost": ("web-1", 33, ["emails"], timedelta(minutes=10), None, 2, True),
+    }
+    workers = {}
+    for name, (host, pid, queues, seen, stopped, running, leader) in rows.items():
+        worker = WorkerProcess.objects.create(
+            id=f"{host}:{pid}:{name}",
+            host=host,
+            pid=pid,
+            version="0.1.0",
+            queues=queues,
+            concurrency=10,
+            running=running,
+            leader=leader,
+        )
+        WorkerProcess.objects.filter(pk=worker.pk).update(
+            started_at=Now() - timedelta(hours=1),
+            last_seen_at=Now() - seen,
+            stopped_at=Now() - seen if stopped else None,
+        )
+        worker.refresh_from_db()
+        workers[name] = worker
+    return workers
+
+
+def rows_of(response: Any) -> list[tuple[str, str]]:
+    return [(worker.id, worker.status) for worker in response.context["cl"].result_list]
+
+
+def test_workers_list(superuser: Client) -> None:
+    workers = registry()
+    response = superuser.get(WORKERS)
+    # Running first, then lost, then stopped.
+    assert rows_of(response) == [
+        (workers["live"].id, "running"),
+        (workers["lost"].id, "lost"),
+        (workers["stopped"].id, "stopped"),
+    ]
+    html = response.content.decode()
+    rows = re.findall(r"<tr>.*?</tr>", html, flags=re.DOTALL)
+    live, lost, stopped = (
+        next(row for row in rows if f">{workers[name].id}<" in row)
+        for name in ("live", "lost", "stopped")
+    )
+    assert 'class="eddyq-state eddyq-worker-running">running<' in live
+    assert '<td class="field-queues_display">all</td>' in live
+    assert re.search(r"\([2-9]s ago\)", live), live
+    assert 'class="field-leader_display"><img src="/static/admin/img/icon-yes.svg"' in live
+    assert 'class="eddyq-state eddyq-worker-lost">lost<' in lost
+    assert re.search(r"\(10m([0-9]s)? ago\)", lost), lost
+    assert "icon-unknown.svg" in lost  # it led when last seen
+    assert 'class="eddyq-state eddyq-worker-stopped">stopped<' in stopped
+    assert "emails, reports" in stopped
+    assert "icon-no.svg" in stopped
+    assert "STALE_AFTER (1m)" in html
+    assert "WORKER_RETENTION (1d)" in html
+    assert f'href="{worker_url(workers["lost"].id)}"' in html
+
+
+def test_workers_are_lost_by_stale_after_and_the_databases_clock(superuser: Client) -> None:
+    workers = registry()
+    with override_settings(EDDYQ={"STALE_AFTER": "15m"}):
+        statuses = dict(rows_of(superuser.get(WORKERS)))
+    assert statuses[workers["lost"].id] == "running"
+    # The web server's clock is not asked: rows seen "in the future" by it are no different.
+    WorkerProcess.objects.filter(pk=workers["live"].pk).update(last_seen_at=Now())
+    assert dict(rows_of(superuser.get(WORKERS)))[workers["live"].id] == "running"
+
+
+def test_workers_filters(superuser: Client) -> None:
+    workers = registry()
+    assert rows_of(superuser.get(WORKERS, {"status": "lost"})) == [(workers["lost"].id, "lost")]
+    assert rows_of(superuser.get(WORKERS, {"host": "web-2"})) == [
+        (workers["stopped"].id, "stopped")
+    ]
+    assert rows_of(superuser.get(WORKERS, {"host": "web-1", "status": "running"})) == [
+        (workers["live"].id, "running")
+    ]
+    assert rows_of(superuser.get(WORKERS, {"host": "elsewhere"})) == []
+    # Sorted by a column: the status, descending (stopped first); last seen (longest ago first).
+    assert rows_of(superuser.get(WORKERS, {"o": "-1"}))[0] == (workers["stopped"].id, "stopped")
+    assert rows_of(superuser.get(WORKERS, {"o": "7"}))[0] == (workers["lost"].id, "lost")
+
+
+def test_workers_page_of_a_worker(superuser: Client) -> None:
+    workers = registry()
+    html = superuser.get(worker_url(workers["lost"].id)).content.decode()
+    assert "eddyq-worker-lost" in html
+    assert "0.1.0" in html
+    assert re.search(r"\(10m([0-9]s)? ago\)", html)
+    assert 'name="_save"' not in html
+
+
+def test_workers_are_view_only(superuser: Client) -> None:
+    workers = registry()
+    viewer = staff_client("view_workerprocess")
+    for client in (viewer, superuser):
+        response = client.get(WORKERS)
+        assert response.status_code == 200
+        assert len(rows_of(response)) == 3
+        assert 'name="action"' not in response.content.decode()
+        url = worker_url(workers["live"].id)
+        assert client.get(url).status_code == 200
+        assert client.post(url, {"host": "elsewhere"}).status_code == 403
+        delete = reverse(
+            "admin:django_eddyq_workerprocess_delete", args=[quote(workers["live"].id)]
+        )
+        assert client.post(delete, {"post": "yes"}).status_code == 403
+        assert client.get(reverse("admin:django_eddyq_workerprocess_add")).status_code == 403
+    assert WorkerProcess.objects.get(pk=workers["live"].pk).host == "web-1"
+    assert WorkerProcess.objects.count() == 3
+    assert staff_client("view_job").get(WORKERS).status_code == 403
+
+
+def test_workers_list_query_count_does_not_grow_with_rows(superuser: Client) -> None:
+    registry()
+    few = count_queries(superuser, WORKERS)
+    for n in range(30):
+        WorkerProcess.objects.create(
+            id=f"web-9:{n}:x", host=f"web-{n}", pid=n, version="0", concurrency=1
+        )
+    assert count_queries(superuser, WORKERS) == few
+
+
+# Each attempt's worker on the job's page.
+
+
+def summary_worker(html: str) -> str:
+    """The worker field of a job page's summary."""
+    return html[html.index("fieldBox field-worker_display") : html.index("fieldBox field-priority")]
+
+
+def test_job_page_names_the_worker_of_each_attempt(superuser: Client) -> None:
+    workers = registry()
+    job = failed_job(
+        attempt=3,
+        attempted_by=workers["stopped"].id,
+        errors=[
+            {"attempt": 1, "error": "ValueError: one", "worker": workers["live"].id},
+            {"attempt": 2, "error": "JobRescued: ...", "rescued_from": "gone:1:aa"},
+            {"attempt": 3, "error": "ValueError: three", "worker": workers["stopped"].id},
+        ],
+    )
+    html = superuser.get(job_url(job)).content.decode()
+    live, stopped = (workers[name].id for name in ("live", "stopped"))
+    # The summary: the latest attempt's worker, linked to its row.
+    summary = summary_worker(html)
+    assert f'<a href="{worker_url(stopped)}">{stopped}</a>' in summary
+    errors = html[html.index('class="eddyq-errors"') :]
+    first, second, third = errors.split('<div class="eddyq-error-heading">')[1:4]
+    assert f'worker <a href="{worker_url(live)}">{live}</a>' in first
+    assert "rescued from gone:1:aa" in second  # its row is gone: not linked
+    assert "gone:1:aa</a>" not in second
+    assert f'worker <a href="{worker_url(stopped)}">{stopped}</a>' in third
+
+
+def test_job_page_names_the_worker_holding_a_running_job(superuser: Client) -> None:
+    workers = registry()
+    job = JobFactory(
+        state="running",
+        attempt=2,
+        attempted_by=workers["live"].id,
+        locked_by=workers["live"].id,
+        locked_until=timezone.now() + timedelta(seconds=30),
+    )
+    html = superuser.get(job_url(job)).content.decode()
+    assert f'<a href="{worker_url(workers["live"].id)}">{workers["live"].id}</a>' in html
+    unknown = JobFactory(state="completed", attempt=1, attempted_by=None)
+    html = superuser.get(job_url(unknown)).content.decode()
+    assert ">—</div>" in summary_worker(html)
+
+
+def test_job_page_links_workers_only_for_who_may_see_them(viewer: Client) -> None:
+    workers = registry()
+    job = failed_job(
+        attempted_by=workers["live"].id,
+        errors=[{"attempt": 1, "error": "ValueError: one", "worker": workers["live"].id}],
+    )
+    html = viewer.get(job_url(job)).content.decode()
+    assert f"worker {workers['live'].id}" in html
+    assert worker_url(workers["live"].id) not in html
+
+
+def test_worker_ids_are_escaped(superuser: Client) -> None:
+    job = failed_job(
+        attempted_by=SCRIPT,
+        errors=[{"attempt": 1, "error": "E: x", "worker": SCRIPT, "rescued_from": SCRIPT}],
+    )
+    html = superuser.get(job_url(job)).content.decode()
+    assert SCRIPT not in html

@@ -1,7 +1,8 @@
 """The admin in a real browser: Debian's chromium, driven by Playwright, against ``live_server``.
 
 An operator's round: log in, filter the jobs to the failed ones, open one and read its
-traceback, retry it and see it leave the failed filter, pause a queue. The failed-jobs list is
+traceback, retry it and see it leave the failed filter, pause a queue, find the lost workers and
+go from a job to the worker that ran it. The failed-jobs list is
 saved as a screenshot in ``docs/_screenshots_tmp/`` (git-ignored); with
 ``EDDYQ_DOCS_SCREENSHOTS=1`` it also replaces the one of docs/operators.md.
 
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_eddyq.election import ELECTION
-from django_eddyq.models import Job, Leader, Queue
+from django_eddyq.models import Job, Leader, Queue, WorkerProcess
 from tests.factories import JobFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -248,3 +250,55 @@ def test_pause_a_queue(page: Any, live_server: Any, jobs: dict[str, Job]) -> Non
     page.goto(f"{live_server.url}/admin/django_eddyq/job/")
     overview_row = page.locator(".eddyq-overview-queues tr", has_text="emails")
     assert "paused since" in overview_row.inner_text()
+
+
+def test_workers_page(page: Any, live_server: Any) -> None:
+    """The fleet: a live worker that leads, a lost one and a stopped one; a job that the lost
+    one ran last, whose page links to it."""
+    for worker_id, seen, stopped, leader in (
+        ("web-1:4242:9f2c", timedelta(seconds=1), False, True),
+        ("web-2:77:a1b2", timedelta(minutes=7), False, False),
+        ("web-3:15:c3d4", timedelta(minutes=3), True, False),
+    ):
+        host, pid, _token = worker_id.split(":")
+        WorkerProcess.objects.create(
+            id=worker_id,
+            host=host,
+            pid=int(pid),
+            version="0.1.0",
+            queues=None if leader else ["emails"],
+            concurrency=10,
+            running=2 if not stopped else 0,
+            leader=leader,
+        )
+        WorkerProcess.objects.filter(pk=worker_id).update(
+            last_seen_at=Now() - seen, stopped_at=Now() - seen if stopped else None
+        )
+    job = JobFactory(
+        state=Job.State.FAILED,
+        attempt=1,
+        attempted_by="web-2:77:a1b2",
+        finalized_at=timezone.now(),
+        errors=[{"attempt": 1, "error": "ValueError: boom", "worker": "web-2:77:a1b2"}],
+    )
+
+    page.goto(f"{live_server.url}/admin/django_eddyq/workerprocess/")
+    assert "is lost" in page.locator("#eddyq-workers-note").inner_text()
+    statuses = page.locator("#result_list tbody td.field-status_badge").all_inner_texts()
+    assert statuses == ["running", "lost", "stopped"]
+    assert page.locator(".eddyq-worker-lost").is_visible()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "admin-workers.png"), full_page=True)
+
+    # The lost ones, from the filter sidebar.
+    page.locator("#changelist-filter").get_by_role("link", name="lost", exact=True).click()
+    page.wait_for_url("**status=lost**")
+    assert page.locator("#result_list tbody tr").count() == 1
+    assert "(7m" in page.locator("#result_list tbody td.field-last_seen").inner_text()
+
+    # From a job's page to the worker of its attempt.
+    page.goto(f"{live_server.url}/admin/django_eddyq/job/{job.pk}/change/")
+    page.locator(".fieldBox.field-worker_display").get_by_role("link", name="web-2:77:a1b2").click()
+    page.wait_for_url("**/workerprocess/**/change/**")
+    assert "lost" in page.locator(".field-status_badge").inner_text()
+    assert "emails" in page.locator(".fieldBox.field-queues_display").inner_text()

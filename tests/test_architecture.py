@@ -41,6 +41,7 @@ DOCUMENTED = {
     ],
     "django_eddyq.backend": ["EddyqBackend", "EddyqTask"],
     "django_eddyq.conf": ["eddyq_settings", "InvalidSettingError"],
+    "django_eddyq.tracing": ["use_tracer_provider"],
     "django_eddyq.embedded": ["ensure_persistent", "start_throwaway", "stop"],
     "django_eddyq.exceptions": [
         "Discard",
@@ -61,8 +62,11 @@ DOCUMENTED = {
     ],
     "django_eddyq.models": ["Batch", "Job", "Leader", "PeriodicSchedule", "Queue", "WorkerProcess"],
     "django_eddyq.worker": ["Worker"],
+    "django_eddyq.metrics": ["metrics_view", "registry", "enable", "read_gauges"],
     "django_eddyq.management.commands.eddyq_worker": ["Command"],
     "django_eddyq.management.commands.eddyq_maintenance": ["Command"],
+    "django_eddyq.management.commands.eddyq_health": ["Command"],
+    "django_eddyq.inspection": ["queue_latencies", "with_worker_status"],
 }
 MIGRATIONS = [
     "0001_initial",

@@ -156,6 +156,7 @@ PARSED_DEFAULTS: dict[str, object] = {
     "PERIODIC": {},
     "TASK_MODULES": (),
     "ARGUMENT_CODEC": None,
+    "METRICS": False,
 }
 
 
@@ -306,6 +307,7 @@ def test_other_settings_changing_keep_the_cache(monkeypatch: pytest.MonkeyPatch)
         ("LEADER_RENEW_INTERVAL", "1x", "'1x' is not a duration"),
         ("QUEUE_RETENTION", None, "None is not a duration"),
         ("LISTEN_NOTIFY", "false", "'false' is not True or False"),
+        ("METRICS", "yes", "'yes' is not True or False"),
         ("RECOVER_STALE_ON_START", 1, "1 is not True or False"),
         ("RESCUE_INTERVAL", "often", "'often' is not a duration"),
         ("CLEANER_INTERVAL", -5, "-5 is negative"),
@@ -393,6 +395,7 @@ def test_environment_wins_over_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ("EDDYQ_LISTEN_NOTIFY", "on", "LISTEN_NOTIFY", True),
         ("EDDYQ_LISTEN_NOTIFY", "yes", "LISTEN_NOTIFY", True),
         ("EDDYQ_LISTEN_NOTIFY", "1", "LISTEN_NOTIFY", True),
+        ("EDDYQ_METRICS", "true", "METRICS", True),
         ("EDDYQ_RECOVER_STALE_ON_START", "false", "RECOVER_STALE_ON_START", False),
         ("EDDYQ_RESCUE_INTERVAL", "none", "RESCUE_INTERVAL", None),
         ("EDDYQ_SCHEDULER_INTERVAL", "NULL", "SCHEDULER_INTERVAL", None),

@@ -176,6 +176,15 @@ def inspection() -> Rendered:
     yield "sql.TASK_NAMES", sql.TASK_NAMES
 
 
+def health() -> Rendered:
+    yield "sql.QUEUE_LATENCY", sql.QUEUE_LATENCY
+
+
+def metrics() -> Rendered:
+    yield "sql.METRICS_GAUGES", sql.METRICS_GAUGES
+    yield "sql.METRICS_READ_SETTINGS", sql.METRICS_READ_SETTINGS
+
+
 def listen() -> Rendered:
     for name in ("JOBS_CHANNEL", "SCHEDULED_CHANNEL", "CONTROL_CHANNEL", "LEADER_CHANNEL"):
         statement = psql.SQL(sql.LISTEN).format(channel=psql.Identifier(getattr(sql, name)))
@@ -193,6 +202,8 @@ def rendered() -> list[tuple[str, str]]:
         *retention(),
         *queues_and_batches(),
         *inspection(),
+        *health(),
+        *metrics(),
     ]
 
 

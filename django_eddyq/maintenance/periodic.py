@@ -179,7 +179,7 @@ class PeriodicEnqueuer(Service):
                 if locked[0] >= due:
                     continue  # another leader enqueued this run already
                 cursor.execute(sql.ADVANCE_PERIODIC_SCHEDULE, params)
-                insert_jobs([self._job_spec(schedule, due)])
+                insert_jobs([self._job_spec(schedule, due)], own_trace=True)
                 enqueued += 1
         return enqueued
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from django_eddyq import metrics
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.enqueue import due_for_touch
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE
@@ -253,6 +254,8 @@ class Planner:
                     exception=outcome.exception,
                     worker_id=self.worker_id,
                 )
+                if metrics.recording:
+                    metrics.job_finished(outcome.job, outcome.kind, outcome.duration)
             log_outcome(outcome, written=stored, worker_id=self.worker_id)
 
     def _leases_renewed(self, held: list[int], rows: list[tuple[int, bool]]) -> None:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from django_eddyq import registry
+from django_eddyq import metrics, registry, tracing
 from django_eddyq.cancellation import current_flag
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.signals import job_started, send
@@ -112,6 +112,7 @@ class Slots:
         """A claimed job that cannot start ends with ``outcome``, as if its handler had run."""
         running = RunningJob(job, None, None)
         self.running[job.id] = running
+        tracing.failed_at_once(job, self.worker_id, outcome)
         self.finished.append((running, outcome))
 
     def collect_finished(self) -> list[Outcome]:
@@ -347,9 +348,13 @@ class Slots:
             handler = running.handler
             assert handler is not None
             send(job_started, self._signal_sender, job=running.job, worker_id=self.worker_id)
+            if metrics.recording:
+                metrics.job_started(running.job)
             running.started_at = started = time.monotonic()
             if handler.timeout is not None:
                 running.deadline = started + handler.timeout
+            # The attempt's span (None while tracing is off), current while the handler runs.
+            span = tracing.start_attempt(running.job, self.worker_id)
             if handler.is_async:
                 outcome = self.event_loop.run(running, handler)
             else:
@@ -359,5 +364,7 @@ class Slots:
                 finally:
                     current_flag.reset(token)
             outcome.duration = time.monotonic() - started
+            if span is not None:
+                tracing.end_attempt(span, running, outcome)
             self.finished.append((running, outcome))
             self._wake()

@@ -64,6 +64,12 @@ STATIC_URL = "static/"
 
 EDDYQ: dict[str, object] = {}
 
+# Tests and benchmarks trace a worker process with this (testproject/otel.py).
+if env("TESTPROJECT_OTEL", default=""):
+    from testproject.otel import configure as configure_tracing
+
+    configure_tracing(env("TESTPROJECT_OTEL"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_eddyq import registry, signals
+from django_eddyq import metrics, registry, signals
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.management.report import Report
 from django_eddyq.vocabulary import validate_positive_int, validate_queue_name
@@ -26,6 +27,13 @@ def queue_list(value: str) -> list[str]:
 
 def positive_int(value: str) -> int:
     return validate_positive_int(int(value), "the value")
+
+
+def port_number(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{port} is not a port number (0 to 65535)")
+    return port
 
 
 class Command(BaseCommand):
@@ -76,6 +84,18 @@ class Command(BaseCommand):
             default=30.0,
             help="Seconds running jobs get to finish after a stop signal (default: 30).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="Serve Prometheus metrics on this port, at /metrics, every worker process's "
+            'combined; turns METRICS on. Needs pip install "django-eddyq[prometheus]".',
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="0.0.0.0",
+            help="The address /metrics listens on (default: 0.0.0.0, every interface).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # With the queue's database, so that checks needing it (REINDEX_INDEXES) run too.
@@ -88,6 +108,8 @@ class Command(BaseCommand):
             raise CommandError("--shutdown-timeout must not be negative")
         # Imported once here, so that forked worker processes share them.
         registry.discover()
+        # Before any worker process is forked, so that each counts its jobs.
+        metrics_server = self.start_metrics(options)
         report = Report(self.stdout, options["verbosity"])
         report.worker_banner(
             queues=options["queues"],
@@ -96,6 +118,8 @@ class Command(BaseCommand):
             burst=options["burst"],
             maintenance=options["maintenance"],
         )
+        if metrics_server is not None and options["verbosity"] >= 1:
+            self.stdout.write(f"  metrics: {metrics_server.url}")
         # Connected before any worker process is forked, so that each has them.
         signals.worker_started.connect(report.worker_started, weak=False)
         if options["verbosity"] >= 2:
@@ -116,3 +140,17 @@ class Command(BaseCommand):
         worker = make_worker()
         handle_signals(stop_signal_actions(worker.stop, who=f"worker {worker.id}"))
         run_in_this_process(worker, after=report.worker_stopped)
+
+    def start_metrics(self, options: dict[str, Any]) -> metrics.Server | None:
+        """Count jobs when METRICS or --metrics-port says so, and serve /metrics on the port."""
+        port = options["metrics_port"]
+        if port is None and not eddyq_settings.METRICS:
+            return None
+        try:
+            return metrics.start_for_worker(port, options["metrics_address"], options["processes"])
+        except ImproperlyConfigured as error:
+            raise CommandError(str(error)) from None
+        except OSError as error:  # the port is taken, the address is not this host's
+            raise CommandError(
+                f"Cannot serve metrics on {options['metrics_address']}:{port}: {error}"
+            ) from None
