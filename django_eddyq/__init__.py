@@ -3,7 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from django_eddyq.cancellation import cancel_requested
+from django_eddyq.current import cancel_requested, current_job
 from django_eddyq.exceptions import Discard, Snooze
 from django_eddyq.tasks import Call, Task, task
 
@@ -19,6 +19,7 @@ __all__ = [
     "Task",
     "batch",
     "cancel_requested",
+    "current_job",
     "pause_queue",
     "resume_queue",
     "task",

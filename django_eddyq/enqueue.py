@@ -75,6 +75,7 @@ class JobSpec:
         unique_for = task.unique_for.total_seconds() if task.unique_for is not None else None
         keyed = task.unique_key is not None or task.unique_for is not None
         path, priority, retention = task.path, task.priority, task.retention
+        metadata = task.metadata
         specs = []
         for args, kwargs in calls:
             normal_args, normal_kwargs = normalize_arguments(args, kwargs)
@@ -94,6 +95,7 @@ class JobSpec:
                         _unique_key(task, normal_args, normal_kwargs, queue) if keyed else None
                     ),
                     unique_for=unique_for,
+                    metadata=dict(metadata) if metadata else {},
                 )
             )
         return specs

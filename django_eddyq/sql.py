@@ -250,7 +250,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 """
 
 

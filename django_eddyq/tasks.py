@@ -15,6 +15,7 @@ from croniter import croniter
 from django.utils import timezone
 
 from django_eddyq import registry
+from django_eddyq.arguments import normalize_json
 from django_eddyq.durations import MAX_DELAY, parse_duration
 from django_eddyq.enqueue import JobSpec, enqueue_calls, insert_jobs
 from django_eddyq.handlers import Handler
@@ -61,6 +62,7 @@ class Task[**P, R]:
     cron: str | None = None
     unique_for: timedelta | None = None
     unique_key: str | None = None
+    metadata: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -95,12 +97,15 @@ class Task[**P, R]:
         max_attempts: int | None = None,
         retention: Mapping[str, object] | None = None,
         unique_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Task[P, R]:
         """Return a copy with these options changed; ``run_at`` may be a delay.
 
         ``unique_key`` makes the job unique by that key (scoped to the task) instead of by its
         arguments: while a job with the key is unfinished, or completed within the task's
-        ``unique_for``, enqueueing returns that job instead of a new one.
+        ``unique_for``, enqueueing returns that job instead of a new one. ``metadata``, JSON
+        with string keys, is stored with the job and given to its handler by ``current_job()``
+        (beside the keys the queue writes itself, which it may not use).
         """
         changes: dict[str, Any] = {}
         if queue is not None:
@@ -117,6 +122,8 @@ class Task[**P, R]:
             if not isinstance(unique_key, str) or not unique_key:
                 raise ValueError(f"unique_key must be a non-empty string, not {unique_key!r}")
             changes["unique_key"] = unique_key
+        if metadata is not None:
+            changes["metadata"] = _checked_metadata(metadata)
         return dataclasses.replace(self, **changes)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
@@ -146,6 +153,23 @@ class Task[**P, R]:
         """``enqueue_many`` for async code."""
         split = [_split_call(call, index) for index, call in enumerate(calls)]
         return await sync_to_async(enqueue_calls, thread_sensitive=True)(self, split)
+
+
+# The keys of a job's metadata that the queue writes itself.
+QUEUE_METADATA_KEYS = frozenset(
+    {"batch_callback", "periodic", "scheduled_for", "django_tasks_backend", "otel"}
+)
+
+
+def _checked_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict, not {type(metadata).__name__}")
+    taken = sorted(QUEUE_METADATA_KEYS.intersection(metadata))
+    if taken:
+        raise ValueError(f"metadata keys {taken} are the queue's own: use other names")
+    normal = normalize_json(dict(metadata), where="metadata")
+    assert isinstance(normal, dict)
+    return normal
 
 
 def _split_call(

@@ -283,7 +283,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 
 -- sql.claim_statement (limit 1, one queue)
 WITH picked AS (
@@ -306,7 +306,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 
 -- sql.claim_statement (limit 1, several queues)
 WITH picked AS (
@@ -329,7 +329,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 
 -- sql.claim_statement (limit 16, any queue)
 WITH picked AS (
@@ -352,7 +352,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 
 -- sql.claim_statement (limit 16, one queue)
 WITH picked AS (
@@ -375,7 +375,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 
 -- sql.claim_statement (limit 16, several queues)
 WITH picked AS (
@@ -398,7 +398,7 @@ FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
-          job.metadata
+          job.metadata, extract(epoch FROM job.created_at)::float8
 
 -- sql.FINISH_JOBS
 WITH outcome AS (

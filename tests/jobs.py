@@ -304,3 +304,52 @@ RECEIVED: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 @task
 def receives(job_id: int, *args: Any, **kwargs: Any) -> None:
     RECEIVED[job_id] = (args, kwargs)
+
+
+# What current_job() said inside handlers, by job id.
+CONTEXTS: dict[int, dict[str, Any]] = {}
+
+
+def _record_context() -> int:
+    from django_eddyq import current_job
+
+    job = current_job()
+    assert job is not None
+    CONTEXTS[job.id] = {
+        "task": job.task,
+        "queue": job.queue,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "batch_id": job.batch_id,
+        "metadata": dict(job.metadata),
+        "enqueued_at": job.enqueued_at,
+        "due_at": job.due_at,
+    }
+    return job.id
+
+
+@task(max_attempts=2)
+def knows_its_job() -> int:
+    return _record_context()
+
+
+@task
+async def async_knows_its_job() -> int:
+    await asyncio.sleep(0)
+    return _record_context()
+
+
+@task
+def enqueues_one_more(n: int) -> int:
+    add.enqueue(n, 1)
+    return n
+
+
+HOARD: list[bytes] = []
+
+
+@task(max_attempts=1)
+def hoards_memory(mib: int) -> int:
+    """Keeps ``mib`` MiB of this process's memory, every page written, until it ends."""
+    HOARD.append(b"x" * (mib * 1024 * 1024))
+    return mib

@@ -26,6 +26,7 @@ DOCUMENTED = {
         "Task",
         "batch",
         "cancel_requested",
+        "current_job",
         "pause_queue",
         "resume_queue",
         "task",
@@ -42,6 +43,15 @@ DOCUMENTED = {
     "django_eddyq.backend": ["EddyqBackend", "EddyqTask"],
     "django_eddyq.conf": ["eddyq_settings", "InvalidSettingError"],
     "django_eddyq.tracing": ["use_tracer_provider"],
+    "django_eddyq.current": ["JobContext", "current_job", "cancel_requested"],
+    "django_eddyq.testing": [
+        "run_jobs",
+        "eager",
+        "enqueued",
+        "assert_enqueued",
+        "assert_not_enqueued",
+        "EddyqTestMixin",
+    ],
     "django_eddyq.embedded": ["ensure_persistent", "start_throwaway", "stop"],
     "django_eddyq.exceptions": [
         "Discard",

@@ -333,24 +333,16 @@ def test_metrics_scraped_over_http_from_a_running_worker(start_worker: StartWork
     jobs.add.enqueue(2, 2)
     jobs.discard.enqueue("no")
     labels = {"task": jobs.add.path, "queue": "default"}
+    discarded = {"task": jobs.discard.path, "queue": "default", "outcome": "discarded"}
     samples = scraped_when(
         port,
         lambda samples: (
             value(samples, "eddyq_jobs_finished_total", **labels, outcome="completed") == 1
+            and value(samples, "eddyq_jobs_finished_total", **discarded) == 1
         ),
     )
     assert value(samples, "eddyq_job_run_seconds_count", **labels) == 1
     assert value(samples, "eddyq_job_wait_seconds_count", **labels) == 1
-    assert (
-        value(
-            samples,
-            "eddyq_jobs_finished_total",
-            task=jobs.discard.path,
-            queue="default",
-            outcome="discarded",
-        )
-        == 1
-    )
     wait_for(lambda: not Job.objects.filter(state="available").exists())
     samples = scrape(port)
     assert value(samples, "eddyq_jobs", queue="default", state="completed") == 1

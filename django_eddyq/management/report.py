@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -53,13 +54,22 @@ class Report:
         processes: int,
         burst: bool,
         maintenance: bool,
+        max_jobs: int | None = None,
+        max_memory: int | None = None,
+        reload: bool = False,
     ) -> None:
+        limits = [
+            *([f"after {max_jobs} jobs"] if max_jobs is not None else []),
+            *([f"at {max_memory} MiB"] if max_memory is not None else []),
+        ]
         self.write(
             f"django-eddyq {__version__}: eddyq_worker on {socket.gethostname()}, "
             f"pid {os.getpid()}\n"
             f"  queues: {', '.join(queues) if queues else 'all'}; concurrency {concurrency}; "
             f"processes {processes}{'; burst' if burst else ''}\n"
-            f"  database {database_description(eddyq_settings.DATABASE)}\n"
+            + (f"  each process replaced {' or '.join(limits)}\n" if limits else "")
+            + ("  restarts when its code changes\n" if reload else "")
+            + f"  database {database_description(eddyq_settings.DATABASE)}\n"
             f"  wakes on {wake_ups()}\n"
             f"  maintenance: "
             + ("on (takes part in the leader election)" if maintenance else "off")
@@ -78,10 +88,14 @@ class Report:
         """A receiver of ``signals.worker_started``."""
         self.write(f"worker {worker.id} started (pid {os.getpid()})")
 
+    def code_changed(self, path: Path) -> None:
+        self.write(f"{path} changed: restarting once the running jobs have ended")
+
     def worker_stopped(self, worker: Any) -> None:
         left = f", {len(worker.abandoned)} left to the rescuer" if worker.abandoned else ""
+        why = f" to be replaced, as {worker.recycled}" if worker.recycled else ""
         self.write(
-            f"worker {worker.id} stopped: {worker.finished} jobs finished, "
+            f"worker {worker.id} stopped{why}: {worker.finished} jobs finished, "
             f"{worker.handed_back} handed back{left}"
         )
 

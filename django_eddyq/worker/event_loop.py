@@ -9,7 +9,7 @@ from collections.abc import Coroutine
 from concurrent.futures import wait as wait_until_done
 from typing import Any
 
-from django_eddyq.cancellation import current_flag
+from django_eddyq import current
 from django_eddyq.handlers import Handler
 from django_eddyq.worker.execution import Outcome, RunningJob, failure, run_async
 
@@ -85,6 +85,6 @@ class EventLoop:
 
 
 async def _run_async_job(running: RunningJob, run: Coroutine[Any, Any, Outcome]) -> Outcome:
-    current_flag.set(running.cancel)  # in the task's own context
+    current.enter(running.job, running.cancel)  # in the task's own context
     running.task = asyncio.current_task()
     return await run

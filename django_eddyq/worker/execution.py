@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from django_eddyq.arguments import dumps, load_arguments, loads, normalize_json, storable_text
-from django_eddyq.cancellation import CancelFlag
+from django_eddyq.current import CancelFlag
 from django_eddyq.durations import delay_seconds
 from django_eddyq.exceptions import Discard, MalformedJob, OutcomeNotStored, Snooze
 from django_eddyq.handlers import Attempt, Handler, retry_delay
@@ -47,6 +47,7 @@ class ClaimedJob:
     max_attempts: int
     batch_id: int | None
     metadata: dict[str, Any]
+    enqueued: float  # created_at, in seconds since the epoch
     problem: str | None = None
 
 
@@ -56,7 +57,20 @@ JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boo
 def claimed_job(row: Sequence[Any]) -> ClaimedJob:
     """A row of the claim as a job. Its JSON columns come as text and are read here, each row
     on its own: a row that cannot be read fails its own job, never the claim that took it."""
-    job_id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch, metadata = row
+    (
+        job_id,
+        task,
+        args,
+        kwargs,
+        queue,
+        priority,
+        due,
+        attempt,
+        max_attempts,
+        batch,
+        metadata,
+        enqueued,
+    ) = row
     try:
         parsed = load_arguments(args), load_arguments(kwargs), loads(metadata)
     except Exception:  # bad JSON, an integer of too many digits, deep nesting: see which
@@ -80,8 +94,11 @@ def claimed_job(row: Sequence[Any]) -> ClaimedJob:
                 max_attempts,
                 batch,
                 parsed_metadata,
+                enqueued,
             )
-    job = ClaimedJob(job_id, task, [], {}, queue, priority, due, attempt, max_attempts, batch, {})
+    job = ClaimedJob(
+        job_id, task, [], {}, queue, priority, due, attempt, max_attempts, batch, {}, enqueued
+    )
     job.problem = _problem(
         job_id,
         (
@@ -294,14 +311,23 @@ def run_sync(job: ClaimedJob, handler: Handler, connections_checked: bool = Fals
     try:
         if not connections_checked:
             close_old_connections()
+        return attempt(job, handler)
+    except BaseException as error:
+        return _steer(job, handler, error)
+    finally:
+        close_old_connections()
+
+
+def attempt(job: ClaimedJob, handler: Handler) -> Outcome:
+    """One attempt of a sync handler, here and now, with nothing around it (the worker adds
+    Django's connection handling; ``testing.run_jobs`` runs it in the test's transaction)."""
+    try:
         if handler.hooks is not None:
             return _run_hooked(job, handler, handler.hooks.begin(job))
         value = handler.func(*job.args, **job.kwargs)
         return _settle(job, handler, value)
     except BaseException as error:
         return _steer(job, handler, error)
-    finally:
-        close_old_connections()
 
 
 async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
@@ -310,19 +336,27 @@ async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:
     Django's connection-age handling runs around it too, in the thread where the ORM's async
     methods run their queries.
     """
-    deadline = asyncio.timeout(handler.timeout)
     try:
         await sync_to_async(close_old_connections)()
-        if handler.hooks is not None:
-            attempt = await handler.hooks.abegin(job)
-            outcome = await _call_async(job, handler, deadline, attempt.args, attempt.kwargs)
-            await _end_async(job, attempt, outcome)
-            return outcome
-        return await _call_async(job, handler, deadline, job.args, job.kwargs)
+        return await attempt_async(job, handler)
     except Exception as error:
         return _steer(job, handler, error)
     finally:
         await sync_to_async(close_old_connections)()
+
+
+async def attempt_async(job: ClaimedJob, handler: Handler) -> Outcome:
+    """One attempt of an async handler, with nothing around it: see ``attempt``."""
+    deadline = asyncio.timeout(handler.timeout)
+    try:
+        if handler.hooks is not None:
+            hooked = await handler.hooks.abegin(job)
+            outcome = await _call_async(job, handler, deadline, hooked.args, hooked.kwargs)
+            await _end_async(job, hooked, outcome)
+            return outcome
+        return await _call_async(job, handler, deadline, job.args, job.kwargs)
+    except Exception as error:
+        return _steer(job, handler, error)
 
 
 async def _call_async(

@@ -26,6 +26,7 @@ from django_eddyq.vocabulary import JobState
 from django_eddyq.worker.execution import Outcome, not_stored, returned
 from django_eddyq.worker.pacing import Pacing, ready_max_wait
 from django_eddyq.worker.passes import Pass, PassRunner
+from django_eddyq.worker.recycling import Recycling
 from django_eddyq.worker.slots import Slots
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class Planner:
         runner: PassRunner,
         slots: Slots,
         pacing: Pacing,
+        recycling: Recycling,
         signal_sender: type,
         seen: Callable[[], dict[str, Any]],
     ) -> None:
@@ -59,6 +61,7 @@ class Planner:
         self._runner = runner
         self._slots = slots
         self._pacing = pacing
+        self._recycling = recycling
         self._queues_touched_at: dict[str, float] = {}
         self._queues_to_touch: list[str] = []
         self._to_write: list[Outcome] = []
@@ -195,7 +198,7 @@ class Planner:
                 job_id for job_id, running in self._slots.running.items() if not running.settled
             ]
             seen = self._seen()
-        claim = self._pacing.next_claim() if self._wants_to_claim(now) else 0
+        claim = self._recycling.cap(self._pacing.next_claim()) if self._wants_to_claim(now) else 0
         planned = Pass(
             outcomes=self._to_write,
             renew=renew,
@@ -212,8 +215,10 @@ class Planner:
         return planned
 
     def _wants_to_claim(self, now: float) -> bool:
-        return not self._stopping() and self._pacing.wants_to_claim(
-            now, outcomes_to_write=bool(self._to_write)
+        return (
+            not self._stopping()
+            and self._recycling.may_take()
+            and self._pacing.wants_to_claim(now, outcomes_to_write=bool(self._to_write))
         )
 
     def _act_on(self, done: Pass) -> None:
@@ -228,6 +233,7 @@ class Planner:
                 self._pacing.held -= 1
                 self._to_write.append(returned(job))
             else:
+                self._recycling.taken += 1
                 self._slots.start(job)
         # Claims keep their queues' rows fresh for the queue cleaner, every few seconds.
         self._queues_to_touch.extend(

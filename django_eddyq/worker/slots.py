@@ -16,8 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from django_eddyq import metrics, registry, tracing
-from django_eddyq.cancellation import current_flag
+from django_eddyq import current, metrics, registry, tracing
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.signals import job_started, send
 from django_eddyq.worker.event_loop import EVENT_LOOP_STOP_SECONDS, EventLoop
@@ -358,11 +357,11 @@ class Slots:
             if handler.is_async:
                 outcome = self.event_loop.run(running, handler)
             else:
-                token = current_flag.set(running.cancel)
+                token = current.enter(running.job, running.cancel)
                 try:
                     outcome = run_sync(running.job, handler, connections_checked)
                 finally:
-                    current_flag.reset(token)
+                    current.leave(token)
             outcome.duration = time.monotonic() - started
             if span is not None:
                 tracing.end_attempt(span, running, outcome)

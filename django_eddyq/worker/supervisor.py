@@ -4,7 +4,8 @@ The supervisor runs no jobs and holds no database connection. It forks its child
 Django is set up and the tasks are imported (so they share that memory), forwards stop signals
 to them, restarts a child that dies, waiting longer after each quick death, and returns once
 every child has stopped. A child whose every handler thread is stuck past its timeout exits with
-``STUCK_EXIT_CODE`` (see ``Worker``), and is restarted like one that died.
+``STUCK_EXIT_CODE`` (see ``Worker``), and is restarted like one that died. A child that was
+recycled (``--max-jobs``, ``--max-memory``) says so before it exits, and is replaced at once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.context import ForkProcess
+from multiprocessing.synchronize import Event
 
 from django.db import connections
 
@@ -52,7 +55,9 @@ class Supervisor:
         self.make_worker = make_worker
         self.after = after  # run in each worker process once its worker has stopped
         self._context = multiprocessing.get_context("fork")
-        self._children: dict[int, tuple[ForkProcess, float]] = {}  # slot -> process, start
+        # slot -> the process, when it started, and whether it was recycled (it sets it itself:
+        # an exit status could be a handler's os._exit()).
+        self._children: dict[int, tuple[ForkProcess, float, Event]] = {}
         self._deaths_in_a_row: dict[int, int] = {}
         self._restart_at: dict[int, float] = {}
         self._stopping = False
@@ -60,7 +65,7 @@ class Supervisor:
 
     def run(self) -> int:
         handle_signals(
-            stop_signal_actions(self._stop, who="supervisor", before_exit=self._stop_children_now)
+            stop_signal_actions(self.stop, who="supervisor", before_exit=self._stop_children_now)
         )
         for slot in range(self.processes):
             self._spawn(slot)
@@ -71,7 +76,8 @@ class Supervisor:
         logger.info("eddyq supervisor: all %d worker processes stopped", self.processes)
         return 0
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
+        """Stop every child gracefully; ``run`` returns once they all have."""
         self._stopping = True
         self._restart_at.clear()
         self._signal_children(GRACEFUL_STOP_FROM_SUPERVISOR)
@@ -80,19 +86,22 @@ class Supervisor:
         self._signal_children(IMMEDIATE_STOP_FROM_SUPERVISOR)
 
     def _signal_children(self, which: signal.Signals) -> None:
-        for process, _started in self._children.values():
+        for process, _started, _recycled in self._children.values():
             if process.pid is not None and process.is_alive():
                 os.kill(process.pid, which)
 
     def _spawn(self, slot: int) -> None:
         # A forked child must not share the parent's database sockets.
         connections.close_all()
-        process = self._context.Process(target=self._child_main, name=f"eddyq-worker-{slot}")
+        recycled = self._context.Event()
+        process = self._context.Process(
+            target=self._child_main, args=(recycled,), name=f"eddyq-worker-{slot}"
+        )
         process.start()
-        self._children[slot] = (process, time.monotonic())
+        self._children[slot] = (process, time.monotonic(), recycled)
         logger.info("eddyq supervisor: started worker process %s (slot %d)", process.pid, slot)
 
-    def _child_main(self) -> None:
+    def _child_main(self, recycled: Event) -> None:
         # Its own process group: a Ctrl-C in the terminal reaches only the supervisor, which
         # passes it on as its own signal.
         os.setpgrp()
@@ -108,15 +117,30 @@ class Supervisor:
         threading.Thread(
             target=_stop_when_orphaned, args=(worker, supervisor_pid), daemon=True
         ).start()
-        run_in_this_process(worker, self.after)
+        run_in_this_process(worker, partial(self._child_stopped, recycled))
+
+    def _child_stopped(self, recycled: Event, worker: Worker) -> None:
+        if worker.recycled:
+            recycled.set()
+        if self.after is not None:
+            self.after(worker)
 
     def _reap(self) -> None:
-        for slot, (process, started) in list(self._children.items()):
+        for slot, (process, started, recycled) in list(self._children.items()):
             if process.is_alive():
                 continue
             process.join()
             del self._children[slot]
-            if process.exitcode == 0 or self._stopping:
+            if self._stopping:
+                continue
+            if process.exitcode == 0:
+                if recycled.is_set():
+                    logger.info(
+                        "eddyq supervisor: worker process %s was recycled; starting another",
+                        process.pid,
+                    )
+                    self._deaths_in_a_row.pop(slot, None)
+                    self._spawn(slot)
                 continue
             lived = time.monotonic() - started
             deaths = 1 if lived > HEALTHY_SECONDS else self._deaths_in_a_row.get(slot, 0) + 1

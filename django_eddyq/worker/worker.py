@@ -4,7 +4,8 @@ The ``Worker`` starts and stops its parts, repeats its passes until it is stoppe
 after losing its database connection, gives up when every slot is stuck, and hands back what it
 has not finished at the end. Its parts: the ``Planner`` (``planning``) plans each pass and acts on
 what it committed; the ``PassRunner`` (``passes``) runs the passes on the worker's own connection;
-the ``Slots`` (``slots``) run the handlers; the ``Pacing`` (``pacing``) says how many jobs to claim.
+the ``Slots`` (``slots``) run the handlers; the ``Pacing`` (``pacing``) says how many jobs to claim;
+the ``Recycling`` (``recycling``) says when the process should make way for a fresh one.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from django_eddyq.worker.execution import RunningJob
 from django_eddyq.worker.pacing import Pacing
 from django_eddyq.worker.passes import PassRunner
 from django_eddyq.worker.planning import Planner
+from django_eddyq.worker.recycling import Recycling
 from django_eddyq.worker.slots import Slots
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class Worker(Loop):
         shutdown_timeout: float = 30.0,
         maintenance: bool = True,
         worker_id: str | None = None,
+        max_jobs: int | None = None,
+        max_memory_mib: int | None = None,
     ) -> None:
         super().__init__()
         if concurrency < 1:
@@ -87,6 +91,7 @@ class Worker(Loop):
         self._listener: Listener | None = None
         self._runner = PassRunner(worker_id=self.id, queues=self.queues, wake=self.wake)
         self._pacing = Pacing(concurrency, poll_interval=self.interval)
+        self._recycling = Recycling(max_jobs=max_jobs, max_memory_mib=max_memory_mib)
         self._slots = Slots(
             concurrency=concurrency,
             worker_id=self.id,
@@ -102,6 +107,7 @@ class Worker(Loop):
             runner=self._runner,
             slots=self._slots,
             pacing=self._pacing,
+            recycling=self._recycling,
             signal_sender=type(self),
             seen=self._registry_row,
         )
@@ -113,6 +119,8 @@ class Worker(Loop):
         # The jobs whose handlers were still running when the worker stopped, left to the
         # rescuer: their process must end at once (see run_in_this_process).
         self.abandoned: list[int] = []
+        # Why the worker stopped to be replaced by a fresh process, if it did (see recycle).
+        self.recycled: str | None = None
 
     # Lifecycle.
     def on_start(self) -> None:
@@ -169,6 +177,27 @@ class Worker(Loop):
             self.elector.stop()
         super().stop()
 
+    def recycle(self, reason: str, *, within: float | None = None) -> None:
+        """Take no more jobs and stop once those held have ended, to be replaced by a fresh
+        process; ``within`` bounds the wait as ``shutdown_timeout`` bounds a stop's, and a stop
+        meanwhile bounds it by ``shutdown_timeout``."""
+        if self.stopping:
+            return
+        self.recycled = reason
+        logger.info(
+            "eddyq worker %s: %s; taking no more jobs, and stopping once its %d running jobs "
+            "have ended, to be replaced",
+            self.id,
+            reason,
+            len(self._slots.running),
+        )
+        if within is not None:
+            self._drain_deadline = time.monotonic() + within
+        self._announce_stopping()
+        if self.elector is not None:
+            self.elector.stop()
+        super().stop()
+
     def interval(self) -> float:
         return eddyq_settings.POLL_INTERVAL.total_seconds()
 
@@ -194,6 +223,8 @@ class Worker(Loop):
                     if len(stuck) >= self.concurrency:
                         self._give_up(stuck)
                         break
+                    if (reason := self._recycling.reason(self.finished)) is not None:
+                        self.recycle(reason)
                 if (
                     self.stopping
                     and self._runner.in_flight is None
@@ -329,16 +360,23 @@ class Worker(Loop):
         return self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
 
 
-def run_in_this_process(worker: Worker, after: Callable[[Worker], None] | None = None) -> None:
+def run_in_this_process(
+    worker: Worker,
+    after: Callable[[Worker], None] | None = None,
+    *,
+    recycled_exit_code: int = 0,
+) -> None:
     """Run ``worker`` as this process's worker, then ``after(worker)``: once it gave up on stuck
     handlers (``Worker.exit_code``), or stopped with handlers still running
     (``Worker.abandoned``), the process ends at once, before any of their jobs can be retried
-    elsewhere."""
+    elsewhere. One that was recycled ends with ``recycled_exit_code``, which tells whoever
+    started it to start another."""
     worker.run()
     if after is not None:
         after(worker)
-    if worker.exit_code or worker.abandoned:
-        _exit_process(worker.exit_code)
+    code = worker.exit_code or (recycled_exit_code if worker.recycled else 0)
+    if code or worker.abandoned:
+        _exit_process(code)
 
 
 def _exit_process(code: int) -> NoReturn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -12,7 +13,8 @@ from django_eddyq import metrics, registry, signals
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.management.report import Report
 from django_eddyq.vocabulary import validate_positive_int, validate_queue_name
-from django_eddyq.worker import Worker
+from django_eddyq.worker import Worker, reloading
+from django_eddyq.worker.recycling import resident_mib
 from django_eddyq.worker.signals import handle_signals, stop_signal_actions
 from django_eddyq.worker.supervisor import Supervisor
 from django_eddyq.worker.worker import STUCK_EXIT_CODE, run_in_this_process
@@ -85,6 +87,28 @@ class Command(BaseCommand):
             help="Seconds running jobs get to finish after a stop signal (default: 30).",
         )
         parser.add_argument(
+            "--max-jobs",
+            type=positive_int,
+            default=None,
+            help="Replace each worker process with a fresh one once it has taken this many jobs: "
+            "it takes no more, lets its running jobs end, and exits (0 without --processes, for "
+            "the process manager to start it again).",
+        )
+        parser.add_argument(
+            "--max-memory",
+            type=positive_int,
+            default=None,
+            metavar="MIB",
+            help="Replace each worker process with a fresh one once its resident memory, checked "
+            "as its jobs end, reaches this many MiB; as with --max-jobs.",
+        )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="For development: restart the worker when its code changes (Django's "
+            "autoreloader), its running jobs given --shutdown-timeout to end first.",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=port_number,
             default=None,
@@ -106,6 +130,17 @@ class Command(BaseCommand):
         )
         if options["shutdown_timeout"] < 0:
             raise CommandError("--shutdown-timeout must not be negative")
+        if options["reload"] and not reloading.in_child():
+            # This process only restarts the one that works.
+            code = reloading.run_parent()
+            if code:
+                raise SystemExit(code)
+            return
+        if options["max_memory"] is not None and options["max_memory"] <= resident_mib():
+            raise CommandError(
+                f"--max-memory {options['max_memory']} is not above the worker's size as it "
+                f"starts, {resident_mib():.0f} MiB: every process would be replaced after each job"
+            )
         # Imported once here, so that forked worker processes share them.
         registry.discover()
         # Before any worker process is forked, so that each counts its jobs.
@@ -117,6 +152,9 @@ class Command(BaseCommand):
             processes=options["processes"],
             burst=options["burst"],
             maintenance=options["maintenance"],
+            max_jobs=options["max_jobs"],
+            max_memory=options["max_memory"],
+            reload=options["reload"],
         )
         if metrics_server is not None and options["verbosity"] >= 1:
             self.stdout.write(f"  metrics: {metrics_server.url}")
@@ -132,14 +170,48 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 shutdown_timeout=options["shutdown_timeout"],
                 maintenance=options["maintenance"],
+                max_jobs=options["max_jobs"],
+                max_memory_mib=options["max_memory"],
             )
 
         if options["processes"] > 1:
-            Supervisor(options["processes"], make_worker, after=report.worker_stopped).run()
+            self.supervise(
+                Supervisor(options["processes"], make_worker, after=report.worker_stopped),
+                options,
+                report,
+            )
+        else:
+            self.work(make_worker(), options, report)
+
+    def supervise(self, supervisor: Supervisor, options: dict[str, Any], report: Report) -> None:
+        if not options["reload"]:
+            supervisor.run()
             return
-        worker = make_worker()
+
+        def restart(path: Path) -> None:
+            report.code_changed(path)
+            supervisor.stop()
+
+        reloading.run_restarting_on_change(supervisor.run, on_change=restart)
+
+    def work(self, worker: Worker, options: dict[str, Any], report: Report) -> None:
         handle_signals(stop_signal_actions(worker.stop, who=f"worker {worker.id}"))
-        run_in_this_process(worker, after=report.worker_stopped)
+        if not options["reload"]:
+            run_in_this_process(worker, after=report.worker_stopped)
+            return
+
+        def restart(path: Path) -> None:
+            report.code_changed(path)
+            worker.recycle("its code changed", within=options["shutdown_timeout"])
+
+        reloading.run_restarting_on_change(
+            lambda: run_in_this_process(
+                worker,
+                after=report.worker_stopped,
+                recycled_exit_code=reloading.RESTART_EXIT_CODE,
+            ),
+            on_change=restart,
+        )
 
     def start_metrics(self, options: dict[str, Any]) -> metrics.Server | None:
         """Count jobs when METRICS or --metrics-port says so, and serve /metrics on the port."""
