@@ -334,6 +334,8 @@ class Gauges:
     #: Per queue, how long its oldest due available job has waited; zero with none.
     latency: dict[str, float] = field(default_factory=dict)
     paused: dict[str, bool] = field(default_factory=dict)
+    #: The (queue, state) pairs of ``jobs`` that are estimates, their reads past their bound.
+    estimated: set[tuple[str, str]] = field(default_factory=set)
     error: str | None = None
 
 
@@ -401,11 +403,19 @@ def gauges_from_rows(rows: Iterable[tuple[Any, ...]]) -> Gauges:
         (queue, state): 0.0 for queue in queues for state in JobState.values
     }
     counts.update(_available_counts(available, estimates.get(JobState.AVAILABLE.value)))
+    estimated = {
+        (queue, JobState.AVAILABLE.value)
+        for queue, count in available.items()
+        if count > COUNT_LIMIT
+    }
     for states, bound in _SAMPLED_GROUPS:
         counts.update(_sampled_counts(sampled, states, bound, estimates))
+        if sum(count for (_, state), count in sampled.items() if state in states) > bound:
+            estimated |= {(queue, state) for queue in queues for state in states}
     return Gauges(
         ok=True,
         jobs=counts,
+        estimated=estimated,
         latency={queue: latency.get(queue, 0.0) for queue in queues},
         paused={queue: paused.get(queue, False) for queue in queues},
     )
