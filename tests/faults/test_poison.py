@@ -30,7 +30,7 @@ from tests import jobs
 from tests.faults.conftest import Fleet, wait_until
 
 HUGE = "9" * 5000  # digits: more than Python reads as an int by default
-DEEP = "[" * 3000 + "]" * 3000  # more nesting than Python's JSON reader recurses
+DEEP = "[" * 12000 + "]" * 12000  # more nesting than Python's JSON reader recurses (3.13: 10,000)
 
 INSERT_BY_HAND = """
 INSERT INTO eddyq_jobs (
