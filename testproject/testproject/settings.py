@@ -56,6 +56,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": environ.Env.db_url_config(database_url())}
+# A second database for the jobs, as a project with EDDYQ["DATABASE"] = "queue" has it.
+if env("QUEUE_DATABASE_URL", default=""):
+    DATABASES["queue"] = environ.Env.db_url_config(env("QUEUE_DATABASE_URL"))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
