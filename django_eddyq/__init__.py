@@ -21,16 +21,22 @@ __all__ = [
     "cancel_requested",
     "current_job",
     "pause_queue",
+    "periodic_schedules",
     "resume_queue",
+    "run_periodic_now",
+    "set_periodic_enabled",
     "task",
 ]
 
-# These touch the models, so they load on first use: importing the package (as settings and
-# tasks modules do) must work before Django's apps are ready.
+# These touch the models (or the maintenance services), so they load on first use: importing
+# the package (as settings and tasks modules do) must work before Django's apps are ready.
 _LAZY = {
     "batch": "django_eddyq.batches",
     "pause_queue": "django_eddyq.queues",
     "resume_queue": "django_eddyq.queues",
+    "periodic_schedules": "django_eddyq.maintenance.periodic",
+    "run_periodic_now": "django_eddyq.maintenance.periodic",
+    "set_periodic_enabled": "django_eddyq.maintenance.periodic",
 }
 
 

@@ -5,7 +5,8 @@ Fast at any number of jobs: the job list never counts more than ``EXACT_COUNT_LI
 that it shows an estimate), every filter reads an index or a bounded list, and nothing is
 fetched row by row. Inspection needs the view permission, and arguments, results and tracebacks
 also ``view_job_payload``; every change needs the change (or delete) permission and goes through
-the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``, ``Queue.resume``), so that no batch
+the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``, ``Queue.resume``, the periodic
+schedules' ``run_periodic_now`` and ``set_periodic_enabled``), so that no batch
 callback, fence or notification is skipped, and writes one admin log entry per object changed.
 Whatever the URL or form holds, a page answers: ids are read as ASCII digits within bigint, and
 the lists take only their filters' parameters.
@@ -44,7 +45,14 @@ from django.utils.translation import ngettext
 from django_eddyq import inspection
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
-from django_eddyq.models import Batch, Job, Queue, WorkerProcess
+from django_eddyq.exceptions import ScheduleNotFound
+from django_eddyq.maintenance.periodic import (
+    ScheduleStatus,
+    periodic_schedules,
+    run_periodic_now,
+    set_periodic_enabled,
+)
+from django_eddyq.models import Batch, Job, PeriodicSchedule, Queue, WorkerProcess
 from django_eddyq.retention import job_retention_deadline
 from django_eddyq.vocabulary import TERMINAL_STATES
 
@@ -1210,3 +1218,144 @@ class WorkerProcessAdmin(EstimatingAdmin):
         if not worker.leader:
             return False
         return True if getattr(worker, "status", "") == "running" else None
+
+
+# Periodic schedules.
+
+
+def _job_link(job_id: int) -> SafeString:
+    return format_html(
+        '<a href="{}">{}</a>',
+        reverse("admin:django_eddyq_job_change", args=[job_id]),
+        _("job %(id)s") % {"id": job_id},
+    )
+
+
+#: The actions a schedule's row posts, by the name of the method that does each.
+SCHEDULE_ACTIONS = ("run_schedule_now", "enable_schedule", "disable_schedule")
+
+
+@admin.register(PeriodicSchedule)
+class PeriodicScheduleAdmin(EddyqAdmin):
+    """Every configured schedule, with its next run by the database's clock, its last run and
+    that run's job, and buttons to run it now, disable or enable it; then the rows of schedules
+    no longer configured. Read from the configuration and ``eddyq_periodic`` through
+    ``maintenance.periodic``, not a queryset: a schedule that never ran has no row yet.
+    A button posts ``action`` (one of SCHEDULE_ACTIONS) and ``schedule`` (its name)."""
+
+    actions = None
+    change_list_template = "admin/django_eddyq/periodicschedule/change_list.html"
+    fieldsets = (
+        (
+            None,
+            {"fields": ("name", "enabled", "last_run_at", "last_job_link", "updated_at")},
+        ),
+    )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleting a row would enable the schedule again; the enqueuer tidies
+
+    @admin.display(description=_("last run's job"))
+    def last_job_link(self, schedule: PeriodicSchedule) -> SafeString | str:
+        """A link to the job if it still exists (the job's page checks who may see it)."""
+        job_id = schedule.last_job_id
+        if job_id is None:
+            return "—"
+        if not Job.objects.using(schedule._state.db).filter(pk=job_id).exists():
+            return str(_("job %(id)s (deleted)") % {"id": job_id})
+        return _job_link(job_id)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            self.check_post_permission(request)
+            self._steer(request)
+            return HttpResponseRedirect(request.get_full_path())
+        schedules = periodic_schedules()
+        links = self._job_links(request, [schedule.last_job_id for schedule in schedules])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": capfirst(self.opts.verbose_name_plural),
+            "opts": self.opts,
+            "media": self.media,
+            "eddyq_schedules": [self._row(schedule, links) for schedule in schedules],
+            "eddyq_can_change": self.has_change_permission(request),
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.change_list_template, context)
+
+    def _row(self, schedule: ScheduleStatus, links: dict[int | None, SafeString]) -> Any:
+        if schedule.next_run_at is not None:
+            next_run = format_datetime(schedule.next_run_at)
+        else:
+            next_run = "—" if schedule.configured else ""
+        last_run = format_datetime(schedule.last_run_at) if schedule.last_run_at else "—"
+        job = links.get(schedule.last_job_id)
+        return {
+            "schedule": schedule,
+            "next_run": next_run,
+            "last_run": format_html("{} · {}", last_run, job) if job else last_run,
+        }
+
+    def _job_links(
+        self, request: HttpRequest, job_ids: Sequence[int | None]
+    ) -> dict[int | None, SafeString]:
+        """Links to those of the jobs that still exist, if this user may see jobs: one query."""
+        ids = {job_id for job_id in job_ids if job_id is not None}
+        if not ids or not self.admin_site.is_registered(Job):
+            return {}
+        job_admin = self.admin_site.get_model_admin(Job)
+        if not job_admin.has_view_permission(request):
+            return {}
+        existing = job_admin.get_queryset(request).filter(pk__in=ids).values_list("pk", flat=True)
+        return {job_id: _job_link(job_id) for job_id in existing}
+
+    def _steer(self, request: HttpRequest) -> None:
+        actions = request.POST.getlist("action")
+        name = request.POST.get("schedule", "")
+        if len(actions) != 1 or actions[0] not in SCHEDULE_ACTIONS:
+            message = _("Nothing was changed: no such action.")
+            self.message_user(request, message, messages.ERROR)
+            return
+        try:
+            getattr(self, actions[0])(request, name)
+        except ScheduleNotFound as error:
+            self.message_user(request, f"{capfirst(str(error))}.", messages.ERROR)
+
+    @admin.action(permissions=["change"], description=_("Run now"))
+    def run_schedule_now(self, request: HttpRequest, name: str) -> None:
+        job = run_periodic_now(name)
+        self.log_addition(request, job, f"Enqueued by hand: a run of the schedule {name}")
+        self.message_user(
+            request,
+            format_html(str(_("Enqueued {}: a run of {} now.")), _job_link(job.pk), name),
+            messages.SUCCESS,
+        )
+
+    @admin.action(permissions=["change"], description=_("Enable"))
+    def enable_schedule(self, request: HttpRequest, name: str) -> None:
+        self._set_enabled(request, name, enabled=True)
+
+    @admin.action(permissions=["change"], description=_("Disable"))
+    def disable_schedule(self, request: HttpRequest, name: str) -> None:
+        self._set_enabled(request, name, enabled=False)
+
+    def _set_enabled(self, request: HttpRequest, name: str, *, enabled: bool) -> None:
+        changed = set_periodic_enabled(name, enabled)
+        if not changed:
+            message = (
+                _("%(name)s was already enabled.")
+                if enabled
+                else _("%(name)s was already disabled.")
+            )
+            self.message_user(request, message % {"name": name}, messages.WARNING)
+            return
+        self.log_change(
+            request, PeriodicSchedule.objects.get(name=name), "Enabled" if enabled else "Disabled"
+        )
+        message = _("Enabled: %(name)s.") if enabled else _("Disabled: %(name)s.")
+        self.message_user(request, message % {"name": name}, messages.SUCCESS)

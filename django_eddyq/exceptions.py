@@ -43,3 +43,15 @@ class OutcomeNotStored(Exception):
 
 class JobRescued(Exception):
     """The attempt's worker stopped renewing its lease; the rescuer took the job back."""
+
+
+class ScheduleNotFound(LookupError):
+    """No periodic schedule of that name is configured, in ``EDDYQ["PERIODIC"]`` or by
+    ``@task(cron=...)``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"no periodic schedule {name!r} is configured (in EDDYQ['PERIODIC'] or by "
+            "@task(cron=...))"
+        )

@@ -382,16 +382,22 @@ class Leader(models.Model):
 
 
 class PeriodicSchedule(models.Model):
-    """The last run the periodic enqueuer enqueued for each schedule.
+    """Where each schedule stands: the last run the periodic enqueuer dealt with, whether an
+    operator has disabled it, and the job of its last enqueued run.
 
     Enqueuing a run advances ``last_run_at`` in the same transaction, only forwards, so that no
     run is enqueued twice, not even by two leaders across a failover, and not after the cleaner
-    deleted the job of that run.
+    deleted the job of that run. A disabled schedule enqueues nothing; enabling it again moves
+    ``last_run_at`` to its latest run, so that it resumes from the next one.
+    ``last_job_id`` is a plain number, not a foreign key: the cleaner deletes jobs.
     """
 
     name = models.CharField(_("schedule"), max_length=200, primary_key=True)
     last_run_at = models.DateTimeField(_("last run at"))
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
+    # db_default too: a worker of the previous release inserts rows without the column.
+    enabled = models.BooleanField(_("enabled"), default=True, db_default=True)
+    last_job_id = models.BigIntegerField(_("last run's job"), null=True, blank=True)
 
     objects = QueueDatabaseManager()
 

@@ -487,9 +487,13 @@ WHERE state IN ('scheduled', 'retryable') AND run_at < 'infinity'
 
 DATABASE_NOW = "SELECT now()"
 
-# A schedule's last enqueued run, locked until the transaction that may enqueue the next ends:
-# two leaders (say, across a failover) queue up here, and the second sees the first's run.
-LOCK_PERIODIC_SCHEDULE = "SELECT last_run_at FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE"
+# A schedule's row, locked until the transaction that may enqueue its next run ends: two
+# leaders (say, across a failover) queue up here, and the second sees the first's run; an
+# operator's disable committed meanwhile is seen too. Whether the run is done is compared here,
+# never read: a last_run_at of ±infinity (a row edited by hand) is no datetime in Python.
+LOCK_PERIODIC_SCHEDULE = """
+SELECT last_run_at >= %(run_at)s, enabled FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE
+"""
 
 START_PERIODIC_SCHEDULE = """
 INSERT INTO eddyq_periodic (name, last_run_at, updated_at)
@@ -497,19 +501,51 @@ VALUES (%(name)s, %(run_at)s, now())
 ON CONFLICT (name) DO NOTHING
 """
 
-# Only forwards: a run is never enqueued twice, nor an older one after a newer.
+# Only forwards: a run is never enqueued twice, nor an older one after a newer. In the
+# transaction that inserted the run's job, whose id it keeps.
 ADVANCE_PERIODIC_SCHEDULE = """
-UPDATE eddyq_periodic SET last_run_at = %(run_at)s, updated_at = now()
+UPDATE eddyq_periodic SET last_run_at = %(run_at)s, last_job_id = %(job_id)s, updated_at = now()
 WHERE name = %(name)s AND last_run_at < %(run_at)s
 """
 
-SELECT_PERIODIC_SCHEDULES = "SELECT name, last_run_at FROM eddyq_periodic"
+# Which schedules a pass need not lock: done already, or disabled. An infinite last_run_at
+# reads as NULL, and the lock decides.
+SELECT_PERIODIC_SCHEDULES = """
+SELECT name, CASE WHEN isfinite(last_run_at) THEN last_run_at END, enabled FROM eddyq_periodic
+"""
 
 # A day's grace: during a deploy, workers with old and new schedules take turns leading.
 FORGET_PERIODIC_SCHEDULES = """
 DELETE FROM eddyq_periodic
 WHERE name <> ALL(%(names)s::text[])
   AND updated_at < COALESCE(%(now)s::timestamptz, now()) - interval '1 day'
+"""
+
+# Periodic schedules as an operator sees and steers them (``maintenance.periodic``).
+
+# Every row, for the list: the schedules configured and those no longer. The table holds one
+# row per schedule (the enqueuer forgets those unconfigured for a day); the limit bounds it
+# anyway. An infinite last_run_at reads as NULL.
+LIST_PERIODIC_SCHEDULES = """
+SELECT name, CASE WHEN isfinite(last_run_at) THEN last_run_at END, last_job_id, enabled
+FROM eddyq_periodic
+ORDER BY name
+LIMIT %(limit)s
+"""
+
+# Enable or disable a schedule, creating its row (starting from its latest run, as the
+# enqueuer would) if it has none yet. Enabling a disabled schedule moves it to its latest run
+# (only forwards), so that it resumes from its next run instead of enqueuing one it missed.
+# Sent after LOCK_PERIODIC_SCHEDULE, in its transaction, which said whether it changes.
+SET_PERIODIC_ENABLED = """
+INSERT INTO eddyq_periodic (name, last_run_at, enabled, updated_at)
+VALUES (%(name)s, %(run_at)s, %(enabled)s, now())
+ON CONFLICT (name) DO UPDATE
+SET enabled = EXCLUDED.enabled,
+    last_run_at = CASE WHEN EXCLUDED.enabled AND NOT eddyq_periodic.enabled
+                       THEN GREATEST(eddyq_periodic.last_run_at, EXCLUDED.last_run_at)
+                       ELSE eddyq_periodic.last_run_at END,
+    updated_at = now()
 """
 
 

@@ -579,7 +579,7 @@ WHERE state IN ('scheduled', 'retryable') AND run_at < 'infinity'
 SELECT now()
 
 -- sql.LOCK_PERIODIC_SCHEDULE
-SELECT last_run_at FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE
+SELECT last_run_at >= %(run_at)s, enabled FROM eddyq_periodic WHERE name = %(name)s FOR UPDATE
 
 -- sql.START_PERIODIC_SCHEDULE
 INSERT INTO eddyq_periodic (name, last_run_at, updated_at)
@@ -587,16 +587,32 @@ VALUES (%(name)s, %(run_at)s, now())
 ON CONFLICT (name) DO NOTHING
 
 -- sql.ADVANCE_PERIODIC_SCHEDULE
-UPDATE eddyq_periodic SET last_run_at = %(run_at)s, updated_at = now()
+UPDATE eddyq_periodic SET last_run_at = %(run_at)s, last_job_id = %(job_id)s, updated_at = now()
 WHERE name = %(name)s AND last_run_at < %(run_at)s
 
 -- sql.SELECT_PERIODIC_SCHEDULES
-SELECT name, last_run_at FROM eddyq_periodic
+SELECT name, CASE WHEN isfinite(last_run_at) THEN last_run_at END, enabled FROM eddyq_periodic
 
 -- sql.FORGET_PERIODIC_SCHEDULES
 DELETE FROM eddyq_periodic
 WHERE name <> ALL(%(names)s::text[])
   AND updated_at < COALESCE(%(now)s::timestamptz, now()) - interval '1 day'
+
+-- sql.LIST_PERIODIC_SCHEDULES
+SELECT name, CASE WHEN isfinite(last_run_at) THEN last_run_at END, last_job_id, enabled
+FROM eddyq_periodic
+ORDER BY name
+LIMIT %(limit)s
+
+-- sql.SET_PERIODIC_ENABLED
+INSERT INTO eddyq_periodic (name, last_run_at, enabled, updated_at)
+VALUES (%(name)s, %(run_at)s, %(enabled)s, now())
+ON CONFLICT (name) DO UPDATE
+SET enabled = EXCLUDED.enabled,
+    last_run_at = CASE WHEN EXCLUDED.enabled AND NOT eddyq_periodic.enabled
+                       THEN GREATEST(eddyq_periodic.last_run_at, EXCLUDED.last_run_at)
+                       ELSE eddyq_periodic.last_run_at END,
+    updated_at = now()
 
 -- sql.ENSURE_LEADER_ROW
 INSERT INTO eddyq_leader (name, leader_id, elected_at, expires_at)

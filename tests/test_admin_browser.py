@@ -21,10 +21,12 @@ from typing import Any
 
 import pytest
 from django.db.models.functions import Now
+from django.test import override_settings
 from django.utils import timezone
 
 from django_eddyq.election import ELECTION
-from django_eddyq.models import Job, Leader, Queue, WorkerProcess
+from django_eddyq.models import Job, Leader, PeriodicSchedule, Queue, WorkerProcess
+from tests import jobs as tasks
 from tests.factories import JobFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -302,3 +304,54 @@ def test_workers_page(page: Any, live_server: Any) -> None:
     page.wait_for_url("**/workerprocess/**/change/**")
     assert "lost" in page.locator(".field-status_badge").inner_text()
     assert "emails" in page.locator(".fieldBox.field-queues_display").inner_text()
+
+
+@override_settings(
+    EDDYQ={
+        "PERIODIC": {
+            "nightly-report": {"task": tasks.record.path, "cron": "0 2 * * *", "args": ["x"]},
+            "paris-digest": {
+                "task": tasks.send_email.path,
+                "cron": "0 8 * * 1-5",
+                "timezone": "Europe/Paris",
+                "args": ["team@example.com"],
+            },
+        }
+    }
+)
+def test_periodic_schedules_page(page: Any, live_server: Any) -> None:
+    """See the schedules, disable one, run it now, and go to the jobs of its runs."""
+    last = JobFactory(task=tasks.record.path, metadata={"periodic": "nightly-report"})
+    PeriodicSchedule.objects.create(
+        name="nightly-report",
+        last_run_at=timezone.now().replace(hour=2, minute=0, second=0, microsecond=0),
+        last_job_id=last.pk,
+    )
+    page.goto(f"{live_server.url}/admin/")
+    page.get_by_role("link", name="Periodic schedules").click()
+    page.wait_for_url("**/periodicschedule/")
+    names = page.locator("#result_list tbody th.field-name").all_inner_texts()
+    assert names == ["nightly-report", "paris-digest"]  # the digest never ran: no row yet
+    row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    assert "0 2 * * *" in row.inner_text() and "enabled" in row.inner_text()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "admin-periodic.png"), full_page=True)
+
+    row.get_by_role("button", name="Disable").click()
+    page.wait_for_selector(".messagelist .success")
+    assert "Disabled: nightly-report." in page.locator(".messagelist").inner_text()
+    assert "disabled" in row.locator("td.field-enabled").inner_text()
+    assert PeriodicSchedule.objects.get(name="nightly-report").enabled is False
+
+    row.get_by_role("button", name="Run now").click()
+    page.wait_for_selector(".messagelist .success")
+    manual = Job.objects.exclude(pk=last.pk).get()
+    assert manual.metadata == {"periodic": "nightly-report", "manual": True}
+    page.locator(".messagelist").get_by_role("link", name=f"job {manual.pk}").click()
+    page.wait_for_url(f"**/job/{manual.pk}/change/")
+
+    # Back on the list, the last run links to its job.
+    page.go_back()
+    row.locator("td.field-last_run").get_by_role("link", name=f"job {last.pk}").click()
+    page.wait_for_url(f"**/job/{last.pk}/change/")
+    assert "tests.jobs.record" in page.locator("#content").inner_text()

@@ -28,7 +28,10 @@ DOCUMENTED = {
         "cancel_requested",
         "current_job",
         "pause_queue",
+        "periodic_schedules",
         "resume_queue",
+        "run_periodic_now",
+        "set_periodic_enabled",
         "task",
     ],
     "django_eddyq.signals": [
@@ -58,6 +61,7 @@ DOCUMENTED = {
         "JobRescued",
         "MalformedJob",
         "OutcomeNotStored",
+        "ScheduleNotFound",
         "Snooze",
         "TaskNotFound",
     ],
@@ -87,6 +91,7 @@ MIGRATIONS = [
     "0006_job_times_default_to_transaction",
     "0007_job_payload_permission",
     "0008_worker_registry",
+    "0009_periodic_controls",
 ]
 
 

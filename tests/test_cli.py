@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 from django.db.models.functions import Now
+from django.test import override_settings
 from django.utils import timezone
 
 from django_eddyq.election import ELECTION
-from django_eddyq.models import Job, Leader, Queue, WorkerProcess
+from django_eddyq.maintenance.periodic import set_periodic_enabled
+from django_eddyq.models import Job, Leader, PeriodicSchedule, Queue, WorkerProcess
+from tests import jobs
 from tests.factories import JobFactory, QueueFactory
 from tests.processes import MANAGE
 
@@ -221,7 +224,153 @@ def test_no_subcommand_is_bad_usage(eddyq: Any) -> None:
 
 
 def test_every_subcommand_has_help(eddyq: Any) -> None:
-    for subcommand in ("status", "job", "pause", "resume"):
+    for subcommand in ("status", "job", "pause", "resume", "periodic"):
         result = eddyq(subcommand, "--help")
         assert result.returncode == 0
         assert "--json" in result.stdout
+
+
+# periodic
+
+# Their tasks are declared as tests.jobs is imported (the subprocess has it in TASK_MODULES).
+SCHEDULES = {
+    "hourly-report": {
+        "task": jobs.record.path,
+        "cron": "0 * * * *",
+        "args": ["report"],
+        "queue": "reports",
+        "priority": 5,
+    },
+    "paris-digest": {
+        "task": jobs.send_email.path,
+        "cron": "0 8 * * 1-5",
+        "timezone": "Europe/Paris",
+        "args": ["team@example.com"],
+    },
+}
+
+
+@pytest.fixture
+def eddyq_periodic(worker_environment: dict[str, str]) -> Any:
+    """``manage.py eddyq periodic ARGS`` in a project whose ``EDDYQ["PERIODIC"]`` is
+    ``SCHEDULES``; the test's own calls see them too."""
+    environment = {**worker_environment, "TESTPROJECT_PERIODIC": json.dumps(SCHEDULES)}
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(MANAGE), "eddyq", "periodic", *arguments],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    with override_settings(EDDYQ={"PERIODIC": SCHEDULES}):
+        yield run
+
+
+def test_periodic_lists_the_schedules(eddyq_periodic: Any) -> None:
+    job = JobFactory(task="tests.jobs.record", queue="reports")
+    last_run = timezone.now().replace(minute=0, second=0, microsecond=0)
+    PeriodicSchedule.objects.create(name="hourly-report", last_run_at=last_run, last_job_id=job.pk)
+    set_periodic_enabled("paris-digest", False)
+    PeriodicSchedule.objects.create(name="retired", last_run_at=last_run)
+
+    result = eddyq_periodic()
+    assert result.returncode == 0, result.stderr
+    header, *lines = result.stdout.splitlines()
+    assert header.split() == [
+        "NAME", "TASK", "CRON", "TIME", "ZONE", "QUEUE", "STATUS", "NEXT", "RUN", "LAST", "RUN",
+        "LAST", "JOB",
+    ]  # fmt: skip
+    report, digest, retired = (line.split() for line in lines)
+    next_run = (last_run + timedelta(hours=1)).strftime("%Y-%m-%d")
+    assert report[:9] == [
+        "hourly-report", "tests.jobs.record", "0", "*", "*", "*", "*", "UTC", "reports",
+    ]  # fmt: skip
+    assert report[9] == "enabled" and report[10] == next_run and report[-1] == str(job.pk)
+    assert digest[0] == "paris-digest" and "Europe/Paris" in digest and "disabled" in digest
+    assert retired[:3] == ["retired", "—", "—"] and "configured" in retired
+
+    data = json.loads(eddyq_periodic("--json").stdout)
+    schedules = {schedule["name"]: schedule for schedule in data["schedules"]}
+    assert list(schedules) == ["hourly-report", "paris-digest", "retired"]
+    assert schedules["hourly-report"] == {
+        "name": "hourly-report",
+        "enabled": True,
+        "configured": True,
+        "task": "tests.jobs.record",
+        "cron": "0 * * * *",
+        "timezone": "UTC",
+        "queue": "reports",
+        "priority": 5,
+        "next_run_at": (last_run + timedelta(hours=1)).isoformat(),
+        "last_run_at": last_run.isoformat(),
+        "last_job_id": job.pk,
+    }
+    assert schedules["paris-digest"]["enabled"] is False
+    assert schedules["paris-digest"]["next_run_at"] is None
+    assert schedules["retired"]["configured"] is False
+
+
+def test_periodic_run_enqueues_one_run_now(eddyq_periodic: Any) -> None:
+    result = eddyq_periodic("run", "hourly-report")
+    assert result.returncode == 0, result.stderr
+    job = Job.objects.get()
+    assert result.stdout.strip() == f"Enqueued job {job.pk}: a run of hourly-report now."
+    assert (job.task, job.args, job.queue, job.priority) == (
+        "tests.jobs.record",
+        ["report"],
+        "reports",
+        5,
+    )
+    assert job.metadata == {"periodic": "hourly-report", "manual": True}
+    assert not PeriodicSchedule.objects.exists()  # its cron position is the enqueuer's
+
+    data = json.loads(eddyq_periodic("run", "paris-digest", "--json").stdout)
+    assert data == {"schedule": "paris-digest", "job_id": data["job_id"]}
+    assert Job.objects.get(pk=data["job_id"]).task == "tests.jobs.send_email"
+
+
+def test_periodic_disable_and_enable(eddyq_periodic: Any) -> None:
+    result = eddyq_periodic("disable", "paris-digest")
+    assert (result.returncode, result.stdout.strip()) == (0, "Schedule paris-digest disabled.")
+    assert PeriodicSchedule.objects.get(name="paris-digest").enabled is False
+    result = eddyq_periodic("disable", "paris-digest")
+    assert result.stdout.strip() == "Schedule paris-digest was already disabled."
+    data = json.loads(eddyq_periodic("enable", "paris-digest", "--json").stdout)
+    assert data == {"schedule": "paris-digest", "enabled": True, "changed": True}
+    assert PeriodicSchedule.objects.get(name="paris-digest").enabled is True
+
+
+@pytest.mark.parametrize("arguments", [("run", "nope"), ("enable", "nope"), ("disable", "nope")])
+def test_periodic_exits_1_for_an_unknown_schedule(
+    eddyq_periodic: Any, arguments: tuple[str, ...]
+) -> None:
+    result = eddyq_periodic(*arguments)
+    assert result.returncode == 1
+    assert "No periodic schedule 'nope' is configured" in result.stderr
+    assert not Job.objects.exists() and not PeriodicSchedule.objects.exists()
+
+
+def test_periodic_exits_1_without_schedules(eddyq: Any) -> None:
+    result = eddyq("periodic")
+    assert result.returncode == 1
+    assert "No periodic schedules" in result.stderr
+    result = eddyq("periodic", "--json")
+    assert (result.returncode, json.loads(result.stdout)) == (1, {"schedules": []})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("run",), "periodic run needs the NAME of a schedule"),
+        (("frobnicate", "hourly-report"), "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_periodic_bad_usage_exits_2(
+    eddyq_periodic: Any, arguments: tuple[str, ...], message: str
+) -> None:
+    result = eddyq_periodic(*arguments)
+    assert result.returncode == 2
+    assert message in result.stderr

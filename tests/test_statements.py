@@ -100,6 +100,8 @@ def maintenance() -> Rendered:
         "ADVANCE_PERIODIC_SCHEDULE",
         "SELECT_PERIODIC_SCHEDULES",
         "FORGET_PERIODIC_SCHEDULES",
+        "LIST_PERIODIC_SCHEDULES",
+        "SET_PERIODIC_ENABLED",
     ):
         yield f"sql.{name}", getattr(sql, name)
 

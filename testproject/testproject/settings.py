@@ -4,6 +4,7 @@ The database comes from ``DATABASE_URL``; without one, an embedded PostgreSQL is
 ``databases.py``).
 """
 
+import json
 from pathlib import Path
 
 import environ
@@ -66,6 +67,10 @@ TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 
 EDDYQ: dict[str, object] = {}
+
+# Tests of `manage.py eddyq periodic` give their subprocess schedules: EDDYQ["PERIODIC"] as JSON.
+if env("TESTPROJECT_PERIODIC", default=""):
+    EDDYQ["PERIODIC"] = json.loads(env("TESTPROJECT_PERIODIC"))
 
 # Tests and benchmarks trace a worker process with this (testproject/otel.py).
 if env("TESTPROJECT_OTEL", default=""):

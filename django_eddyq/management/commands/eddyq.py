@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_eddyq.management.cli import jobs, queues, status
+from django_eddyq.management.cli import jobs, periodic, queues, status
 from django_eddyq.management.cli.output import USAGE, Usage
 from django_eddyq.vocabulary import validate_queue_name
 
@@ -81,6 +81,19 @@ class Command(BaseCommand):
             )
             subcommand.add_argument("queues", nargs="+", type=queue_name, metavar="QUEUE")
 
+        schedules = add(
+            "periodic",
+            help="The periodic schedules: next and last run; run one now, enable, disable.",
+            description="Without ACTION: every periodic schedule (EDDYQ['PERIODIC'] and "
+            "@task(cron=...)) with its next run by the database's clock, its last run and that "
+            "run's job. 'run NAME' enqueues one run now (the schedule's own runs go on as "
+            "before) and prints its job's id; 'disable NAME' stops its runs until 'enable "
+            "NAME', which resumes from its next run. Exits 1 for an unknown NAME, or when no "
+            "schedule is configured.",
+        )
+        schedules.add_argument("action", nargs="?", choices=periodic.ACTIONS, metavar="ACTION")
+        schedules.add_argument("name", nargs="?", metavar="NAME", help="A schedule's name.")
+
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             code = self.run(options)
@@ -103,5 +116,13 @@ class Command(BaseCommand):
         if subcommand in ("pause", "resume"):
             return queues.set_paused(
                 self.stdout, options["queues"], paused=subcommand == "pause", as_json=as_json
+            )
+        if subcommand == "periodic":
+            if options["action"] is None:
+                if options["name"] is not None:
+                    raise Usage("periodic takes an ACTION before the NAME")
+                return periodic.show(self.stdout, self.stderr, as_json=as_json)
+            return periodic.steer(
+                self.stdout, self.stderr, options["action"], options["name"], as_json=as_json
             )
         raise Usage(f"unknown subcommand {subcommand!r}")
