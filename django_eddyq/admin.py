@@ -14,7 +14,6 @@ the lists take only their filters' parameters.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,8 @@ from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
-from django.db.models import Count, Func, OuterRef, Q, Subquery
-from django.db.models.functions import Cast, JSONObject
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import JSONObject
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -37,7 +36,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.text import Truncator, capfirst, smart_split, unescape_string_literal
+from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -46,15 +45,11 @@ from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.models import Batch, Job, Queue, WorkerProcess
 from django_eddyq.retention import job_retention_deadline
+from django_eddyq.selection import parse_id, search_jobs
 from django_eddyq.vocabulary import TERMINAL_STATES
 
 #: The most jobs (or queues) one action changes: select fewer, or filter more narrowly.
 ACTION_LIMIT = 1000
-#: The first line of the last error, in the list, is cut at this many characters.
-ERROR_LINE_CHARACTERS = 160
-BIGINT_MAX = 2**63 - 1
-#: ASCII digits only: str.isdigit() passes "²", which int() refuses, and int() reads "١٢٣".
-_DIGITS = re.compile(r"[0-9]+")
 #: Arguments, results and tracebacks (a batch's callback arguments too) can hold personal data
 #: or secrets: they are shown, and searched, only with this permission. Superusers have it.
 PAYLOAD_PERMISSION = "django_eddyq.view_job_payload"
@@ -89,15 +84,6 @@ def _error_time(value: Any) -> str:
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, timezone.get_fixed_timezone(0))
     return format_datetime(moment)
-
-
-def parse_id(text: str) -> int | None:
-    """``text`` as a row id: ASCII digits within bigint (int() refuses over 4300 digits, the
-    database past bigint), else None."""
-    if not _DIGITS.fullmatch(text) or len(text) > len(str(BIGINT_MAX)):
-        return None
-    number = int(text)
-    return number if number <= BIGINT_MAX else None
 
 
 def sees_payload(request: HttpRequest) -> bool:
@@ -135,17 +121,6 @@ def _worker_url(worker_id: str) -> str:
 def _job_list_url(**params: Any) -> str:
     url = reverse("admin:django_eddyq_job_changelist")
     return f"{url}?{urlencode(params)}" if params else url
-
-
-class LastErrorLine(Func):
-    """The first line of the last entry of ``errors``, cut short, computed by the database:
-    the list never fetches whole tracebacks."""
-
-    template = (
-        "left(split_part((%(expressions)s -> -1) ->> 'error', chr(10), 1), "
-        f"{ERROR_LINE_CHARACTERS + 1})"
-    )
-    output_field = models.TextField()
 
 
 # Filters.
@@ -239,7 +214,9 @@ class JobChangeList(EddyqChangeList):
         self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
     ) -> models.QuerySet[Any]:
         queryset = super().get_queryset(request, exclude_parameters).defer(*DEFERRED_JOB_FIELDS)
-        annotated: models.QuerySet[Any] = queryset.annotate(last_error=LastErrorLine("errors"))
+        annotated: models.QuerySet[Any] = queryset.annotate(
+            last_error=inspection.LastErrorLine("errors")
+        )
         return annotated
 
 
@@ -505,28 +482,9 @@ class JobAdmin(EstimatingAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
     ) -> tuple[models.QuerySet[Any], bool]:
-        """A number finds the job of that id, at once. Other words must each be part of the
-        task path or, for a user who may see them, of the arguments' JSON, which means reading
-        every job the filters keep."""
-        term = search_term.strip()
-        if _DIGITS.fullmatch(term):
-            job_id = parse_id(term)
-            return (queryset.none() if job_id is None else queryset.filter(pk=job_id)), False
-        payload = sees_payload(request)
-        if payload:
-            queryset = queryset.alias(
-                args_text=Cast("args", models.TextField()),
-                kwargs_text=Cast("kwargs", models.TextField()),
-            )
-        for word in smart_split(term):
-            if word[0] in "\"'" and word[0] == word[-1] and len(word) > 1:
-                word = unescape_string_literal(word)
-            if word:
-                found = Q(task__icontains=word)
-                if payload:
-                    found |= Q(args_text__icontains=word) | Q(kwargs_text__icontains=word)
-                queryset = queryset.filter(found)
-        return queryset, False
+        """The search of ``selection.search_jobs``: a number finds the job of that id; words
+        are looked for in task paths, and in arguments for a user who may see them."""
+        return search_jobs(queryset, search_term, arguments=sees_payload(request)), False
 
     # Columns and fields.
 
@@ -554,15 +512,8 @@ class JobAdmin(EstimatingAdmin):
     def last_error_line(self, job: Job) -> str:
         line = getattr(job, "last_error", None)
         if line is None and "errors" not in job.get_deferred_fields():
-            line = self._last_error_of(job)
-        return Truncator(line).chars(ERROR_LINE_CHARACTERS) if line else ""
-
-    @staticmethod
-    def _last_error_of(job: Job) -> str | None:
-        if not job.errors or not isinstance(job.errors[-1], dict):
-            return None
-        error = job.errors[-1].get("error")
-        return str(error).split("\n", 1)[0] if error is not None else None
+            line = inspection.last_error_line(job.errors)
+        return Truncator(line).chars(inspection.ERROR_LINE_CHARACTERS) if line else ""
 
     @admin.display(description=_("deleted by retention"))
     def retention_display(self, job: Job) -> str:
