@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
@@ -29,9 +30,9 @@ from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import JSONObject
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -40,14 +41,20 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_eddyq import inspection
+from django_eddyq import bulk, inspection
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.models import Batch, Job, Queue, WorkerProcess
 from django_eddyq.retention import job_retention_deadline
-from django_eddyq.selection import parse_id, search_jobs
+from django_eddyq.selection import JobFilter, parse_id, search_jobs
 from django_eddyq.vocabulary import TERMINAL_STATES
 
+#: The admin's actions on every job its list's filters match.
+BULK_LABELS = {
+    "retry": _("Retry all matching"),
+    "cancel": _("Cancel all matching"),
+    "delete": _("Delete all matching"),
+}
 #: The most jobs (or queues) one action changes: select fewer, or filter more narrowly.
 ACTION_LIMIT = 1000
 #: Arguments, results and tracebacks (a batch's callback arguments too) can hold personal data
@@ -476,8 +483,158 @@ class JobAdmin(EstimatingAdmin):
             # Read (one query per part) only as the template shows it: not on a POST.
             "eddyq_overview": inspection.Overview(),
             "eddyq_queue_admin": self.admin_site.is_registered(Queue),
+            "eddyq_bulk_links": self._bulk_links(request),
         }
         return super().changelist_view(request, extra_context)
+
+    # Actions on every job the list's filters match, not only the selected ones.
+
+    #: Jobs per batch of an "all matching" action, each batch a transaction of its own.
+    bulk_batch_size = bulk.BATCH_SIZE
+    #: No request of an "all matching" action starts a batch past this many seconds: it shows
+    #: its progress and continues in the next request.
+    bulk_seconds = 5.0
+    #: The list's parameters that are its filters, as JobFilter reads them; "o" and "p" (the
+    #: order and the page) select nothing.
+    BULK_PARAMETERS = frozenset({"state__exact", "queue", "task", "batch", "q", "o", "p"})
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.bulk_view)
+        own = [path("bulk/<str:operation>/", view, name="django_eddyq_job_bulk")]
+        return own + super().get_urls()
+
+    def _may(self, request: HttpRequest, operation: str) -> bool:
+        if operation == "delete":
+            return self.has_delete_permission(request)
+        return self.has_change_permission(request)
+
+    def _bulk_links(self, request: HttpRequest) -> list[tuple[str, str]]:
+        query = request.GET.urlencode()
+        return [
+            (
+                reverse("admin:django_eddyq_job_bulk", args=[operation])
+                + (f"?{query}" if query else ""),
+                str(label),
+            )
+            for operation, label in BULK_LABELS.items()
+            if self._may(request, operation)
+        ]
+
+    def bulk_filter(self, request: HttpRequest) -> JobFilter | None:
+        """The filter of the list's parameters, as the list applies them; None for a
+        parameter that is not one of its filters, or a value it cannot take."""
+        parameters = request.GET
+        if set(parameters) - self.BULK_PARAMETERS:
+            return None
+        if any("\x00" in value for values in parameters.lists() for value in values[1]):
+            return None
+        batch = None
+        if parameters.get("batch"):
+            batch = parse_id(parameters["batch"])
+            if batch is None:
+                return None
+        try:
+            return JobFilter(
+                states=tuple(filter(None, parameters.getlist("state__exact"))),
+                queues=tuple(filter(None, parameters.getlist("queue")))[-1:],
+                tasks=tuple(filter(None, parameters.getlist("task")))[-1:],
+                batch=batch,
+                search=parameters.get("q", ""),
+                search_arguments=sees_payload(request),
+            )
+        except ValueError:
+            return None
+
+    def bulk_view(self, request: HttpRequest, operation: str) -> HttpResponse:
+        """Retry, cancel or delete every job the list's filters match: a confirmation page
+        with the count (estimated past ``EXACT_COUNT_LIMIT``) and the filter in words; on
+        POST, ``bulk`` batches for at most ``bulk_seconds``, then either the list with a
+        summary, or a page of progress whose form (submitted by itself, or by hand without
+        JavaScript) carries the walk's position to the next request."""
+        if operation not in bulk.OPERATIONS:
+            raise Http404
+        if not self._may(request, operation):
+            raise PermissionDenied
+        back = _job_list_url() + (f"?{request.GET.urlencode()}" if request.GET else "")
+        selection = self.bulk_filter(request)
+        if selection is None:
+            message = _("Nothing was changed: the list's filters are not valid.")
+            self.message_user(request, message, messages.ERROR)
+            return HttpResponseRedirect(_job_list_url())
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": BULK_LABELS[operation],
+            "operation": operation,
+            "label": BULK_LABELS[operation],
+            "selection": selection.describe(),
+            "rule": bulk.RULES[operation],
+            "back": back,
+            "media": self.media + forms.Media(js=("django_eddyq/bulk.js",)),
+        }
+        request.current_app = self.admin_site.name
+        template = "admin/django_eddyq/job/bulk_confirmation.html"
+        if request.method != "POST" or request.POST.get("post") != "yes":
+            count, estimated = inspection.estimated_count(
+                selection.apply(self.get_queryset(request))
+            )
+            context.update(count=count, count_shown=f"{count:,}", estimated=estimated)
+            return TemplateResponse(request, template, context)
+        totals = {
+            name: parse_id(request.POST.get(name, "0")) or 0
+            for name in ("after", "end", "matched", "changed", "requested")
+        }
+        result = bulk.OPERATIONS[operation](
+            selection,
+            batch_size=self.bulk_batch_size,
+            seconds=self.bulk_seconds,
+            after=totals["after"],
+            end=totals["end"] if request.POST.get("end") else None,
+            on_batch=lambda changed: self._log_bulk(request, operation, changed),
+        )
+        result.matched += totals["matched"]
+        result.changed += totals["changed"]
+        result.cancel_requested += totals["requested"]
+        if not result.done:
+            context.update(
+                result=result,
+                matched_shown=f"{result.matched:,}",
+                changed_shown=f"{result.changed:,}",
+            )
+            return TemplateResponse(request, template, context)
+        self.message_user(request, _bulk_summary(operation, result), messages.SUCCESS)
+        return HttpResponseRedirect(back)
+
+    def _log_bulk(self, request: HttpRequest, operation: str, changed: list[Any]) -> None:
+        """One admin log entry per job changed, written in its batch's transaction."""
+        messages_by_state = {
+            "retry": "Retried: available now",
+            "cancel": "Cancelled",
+            "delete": "",
+        }
+        user_id = request.user.pk
+        assert user_id is not None  # admin_view lets only staff users in
+        entries = [Job(pk=job.id, task=job.task, state=job.state) for job in changed]
+        requested = operation == "cancel"
+        for flag, jobs, message in (
+            (
+                DELETION if operation == "delete" else CHANGE,
+                [job for job in entries if not (requested and job.state == Job.State.RUNNING)],
+                messages_by_state[operation],
+            ),
+            (
+                CHANGE,
+                [job for job in entries if requested and job.state == Job.State.RUNNING],
+                "Cancel requested: its worker stops it",
+            ),
+        ):
+            if jobs:
+                LogEntry.objects.log_actions(
+                    user_id=user_id,
+                    queryset=jobs,
+                    action_flag=flag,
+                    change_message=message,
+                )
 
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
@@ -777,6 +934,21 @@ class JobAdmin(EstimatingAdmin):
             ids += f" and {len(objects) - 20} more"
         noun = ngettext("job", "jobs", len(objects))
         self.message_user(request, template % {"ids": f"{noun} {ids}"}, level)
+
+
+def _bulk_summary(operation: str, result: bulk.BulkResult) -> str:
+    done = {"retry": _("Retried"), "cancel": _("Cancelled"), "delete": _("Deleted")}[operation]
+    summary = _("%(done)s %(changed)s of %(matched)s matching jobs; %(skipped)s left alone.") % {
+        "done": done,
+        "changed": f"{result.changed:,}",
+        "matched": f"{result.matched:,}",
+        "skipped": f"{result.skipped:,}",
+    }
+    if result.cancel_requested:
+        summary += " " + _("%(requested)s running: their workers are asked to stop.") % {
+            "requested": f"{result.cancel_requested:,}"
+        }
+    return str(summary)
 
 
 # Batches.

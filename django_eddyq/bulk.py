@@ -94,6 +94,19 @@ def delete_jobs(selection: JobFilter, **options: Any) -> BulkResult:
     return _walk("delete", delete_many, sql.DELETABLE_JOBS, selection, **options)
 
 
+#: Each operation, by name, and which jobs it changes, in words, for the confirmations.
+OPERATIONS: dict[str, Callable[..., BulkResult]] = {
+    "retry": retry_jobs,
+    "cancel": cancel_jobs,
+    "delete": delete_jobs,
+}
+RULES = {
+    "retry": "failed, cancelled, retryable and scheduled jobs become available now",
+    "cancel": "waiting jobs are cancelled, running ones asked to stop; ended jobs are left alone",
+    "delete": "completed, failed and cancelled jobs are deleted; unfinished ones are left alone",
+}
+
+
 def _walk(
     operation: str,
     change: Callable[[Any, Sequence[int]], list[ChangedJob]],

@@ -79,6 +79,15 @@ def bounded_count(queryset: models.QuerySet[Any], limit: int) -> int:
     return queryset.order_by().values("pk")[: limit + 1].count()
 
 
+def estimated_count(queryset: models.QuerySet[Any]) -> tuple[int, bool]:
+    """How many rows ``queryset`` selects, and whether that is an estimate: exact up to
+    ``EXACT_COUNT_LIMIT``, the planner's estimate past it (never less than that)."""
+    exact = bounded_count(queryset, EXACT_COUNT_LIMIT)
+    if exact <= EXACT_COUNT_LIMIT:
+        return exact, False
+    return max(planner_estimate(queryset) or 0, exact), True
+
+
 def table_estimate(model: type[models.Model], using: str) -> int | None:
     """The planner's estimate of the rows of ``model``'s table (``pg_class.reltuples``), or
     None if the table has never been vacuumed or analyzed."""

@@ -9,12 +9,10 @@ first on a terminal (``--yes`` not to ask; without a terminal, it refuses unless
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from django_eddyq import bulk
-from django_eddyq.inspection import EXACT_COUNT_LIMIT, bounded_count, planner_estimate
+from django_eddyq import bulk, inspection
 from django_eddyq.management.cli.output import NOTHING, OK, Progress, Usage, confirm, to_json
 from django_eddyq.models import Job
 from django_eddyq.selection import JobFilter
@@ -22,46 +20,16 @@ from django_eddyq.selection import JobFilter
 
 @dataclass(frozen=True)
 class Change:
-    run: Callable[..., bulk.BulkResult]
     verb: str  # "Retry"
     doing: str  # "Retrying"
     done: str  # "Retried"
-    rule: str  # which jobs it changes, in words
 
 
 CHANGES = {
-    "retry": Change(
-        bulk.retry_jobs,
-        "Retry",
-        "Retrying",
-        "Retried",
-        "failed, cancelled, retryable and scheduled jobs become available now",
-    ),
-    "cancel": Change(
-        bulk.cancel_jobs,
-        "Cancel",
-        "Cancelling",
-        "Cancelled",
-        "waiting jobs are cancelled, running ones asked to stop; ended jobs are left alone",
-    ),
-    "delete": Change(
-        bulk.delete_jobs,
-        "Delete",
-        "Deleting",
-        "Deleted",
-        "completed, failed and cancelled jobs are deleted; unfinished ones are left alone",
-    ),
+    "retry": Change("Retry", "Retrying", "Retried"),
+    "cancel": Change("Cancel", "Cancelling", "Cancelled"),
+    "delete": Change("Delete", "Deleting", "Deleted"),
 }
-
-
-def matching_count(selection: JobFilter) -> tuple[int, bool]:
-    """How many jobs match, and whether that is an estimate: exact up to
-    ``EXACT_COUNT_LIMIT``, the planner's estimate past it."""
-    jobs = selection.apply(Job.objects.all())
-    exact = bounded_count(jobs, EXACT_COUNT_LIMIT)
-    if exact <= EXACT_COUNT_LIMIT:
-        return exact, False
-    return max(planner_estimate(jobs) or 0, exact), True
 
 
 def change(
@@ -83,7 +51,7 @@ def change(
             f"{name}: give job ids, a filter (--state, --queue, --task, --since, --until, "
             f"--search), or --all to {name} every job that can be."
         )
-    count, estimated = matching_count(selection)
+    count, estimated = inspection.estimated_count(selection.apply(Job.objects.all()))
     if not count:
         if as_json:
             stdout.write(to_json({"operation": name, "dry_run": dry_run, "matched": 0}))
@@ -92,12 +60,12 @@ def change(
         return NOTHING
     about = "about " if estimated else ""
     if not (dry_run or yes):
-        question = f"{what.verb} {about}{count:,} {selection.describe()}? ({what.rule}.)"
+        question = f"{what.verb} {about}{count:,} {selection.describe()}? ({bulk.RULES[name]}.)"
         if not confirm(question, stdin=stdin, stderr=stderr):
             stderr.write("Nothing changed.")
             return OK
     bar = Progress(sys.stderr, "Checking" if dry_run else what.doing)
-    result = what.run(
+    result = bulk.OPERATIONS[name](
         selection,
         dry_run=dry_run,
         batch_size=batch_size,
@@ -119,7 +87,7 @@ def summary(name: str, result: bulk.BulkResult) -> str:
         line = f"{what.done} {result.changed:,} of {result.matched:,} matching jobs"
     if result.cancel_requested:
         line += f" ({result.cancel_requested:,} running: their workers are asked to stop)"
-    line += f"; {result.skipped:,} left alone by the rule ({what.rule})."
+    line += f"; {result.skipped:,} left alone by the rule ({bulk.RULES[name]})."
     if result.sample:
         more = "…" if result.changed > len(result.sample) else ""
         line += "\n" + ("Would change" if result.dry_run else "Changed") + ": "
