@@ -15,7 +15,6 @@ the lists take only their filters' parameters.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,25 +23,26 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
-from django.db.models import Count, Func, OuterRef, Q, Subquery
-from django.db.models.functions import Cast, JSONObject
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import JSONObject
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.text import Truncator, capfirst, smart_split, unescape_string_literal
+from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_eddyq import inspection
+from django_eddyq import bulk, inspection
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.exceptions import ScheduleNotFound
@@ -54,15 +54,17 @@ from django_eddyq.maintenance.periodic import (
 )
 from django_eddyq.models import Batch, Job, PeriodicSchedule, Queue, WorkerProcess
 from django_eddyq.retention import job_retention_deadline
+from django_eddyq.selection import JobFilter, parse_id, search_jobs
 from django_eddyq.vocabulary import TERMINAL_STATES
 
+#: The admin's actions on every job its list's filters match.
+BULK_LABELS = {
+    "retry": _("Retry all matching"),
+    "cancel": _("Cancel all matching"),
+    "delete": _("Delete all matching"),
+}
 #: The most jobs (or queues) one action changes: select fewer, or filter more narrowly.
 ACTION_LIMIT = 1000
-#: The first line of the last error, in the list, is cut at this many characters.
-ERROR_LINE_CHARACTERS = 160
-BIGINT_MAX = 2**63 - 1
-#: ASCII digits only: str.isdigit() passes "²", which int() refuses, and int() reads "١٢٣".
-_DIGITS = re.compile(r"[0-9]+")
 #: Arguments, results and tracebacks (a batch's callback arguments too) can hold personal data
 #: or secrets: they are shown, and searched, only with this permission. Superusers have it.
 PAYLOAD_PERMISSION = "django_eddyq.view_job_payload"
@@ -97,15 +99,6 @@ def _error_time(value: Any) -> str:
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, timezone.get_fixed_timezone(0))
     return format_datetime(moment)
-
-
-def parse_id(text: str) -> int | None:
-    """``text`` as a row id: ASCII digits within bigint (int() refuses over 4300 digits, the
-    database past bigint), else None."""
-    if not _DIGITS.fullmatch(text) or len(text) > len(str(BIGINT_MAX)):
-        return None
-    number = int(text)
-    return number if number <= BIGINT_MAX else None
 
 
 def sees_payload(request: HttpRequest) -> bool:
@@ -143,17 +136,6 @@ def _worker_url(worker_id: str) -> str:
 def _job_list_url(**params: Any) -> str:
     url = reverse("admin:django_eddyq_job_changelist")
     return f"{url}?{urlencode(params)}" if params else url
-
-
-class LastErrorLine(Func):
-    """The first line of the last entry of ``errors``, cut short, computed by the database:
-    the list never fetches whole tracebacks."""
-
-    template = (
-        "left(split_part((%(expressions)s -> -1) ->> 'error', chr(10), 1), "
-        f"{ERROR_LINE_CHARACTERS + 1})"
-    )
-    output_field = models.TextField()
 
 
 # Filters.
@@ -247,7 +229,9 @@ class JobChangeList(EddyqChangeList):
         self, request: HttpRequest, exclude_parameters: list[str | None] | None = None
     ) -> models.QuerySet[Any]:
         queryset = super().get_queryset(request, exclude_parameters).defer(*DEFERRED_JOB_FIELDS)
-        annotated: models.QuerySet[Any] = queryset.annotate(last_error=LastErrorLine("errors"))
+        annotated: models.QuerySet[Any] = queryset.annotate(
+            last_error=inspection.LastErrorLine("errors")
+        )
         return annotated
 
 
@@ -507,34 +491,165 @@ class JobAdmin(EstimatingAdmin):
             # Read (one query per part) only as the template shows it: not on a POST.
             "eddyq_overview": inspection.Overview(),
             "eddyq_queue_admin": self.admin_site.is_registered(Queue),
+            "eddyq_bulk_links": self._bulk_links(request),
         }
         return super().changelist_view(request, extra_context)
+
+    # Actions on every job the list's filters match, not only the selected ones.
+
+    #: Jobs per batch of an "all matching" action, each batch a transaction of its own.
+    bulk_batch_size = bulk.BATCH_SIZE
+    #: No request of an "all matching" action starts a batch past this many seconds: it shows
+    #: its progress and continues in the next request.
+    bulk_seconds = 5.0
+    #: The list's parameters that are its filters, as JobFilter reads them; "o" and "p" (the
+    #: order and the page) select nothing.
+    BULK_PARAMETERS = frozenset({"state__exact", "queue", "task", "batch", "q", "o", "p"})
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.bulk_view)
+        own = [path("bulk/<str:operation>/", view, name="django_eddyq_job_bulk")]
+        return own + super().get_urls()
+
+    def _may(self, request: HttpRequest, operation: str) -> bool:
+        if operation == "delete":
+            return self.has_delete_permission(request)
+        return self.has_change_permission(request)
+
+    def _bulk_links(self, request: HttpRequest) -> list[tuple[str, str]]:
+        query = request.GET.urlencode()
+        return [
+            (
+                reverse("admin:django_eddyq_job_bulk", args=[operation])
+                + (f"?{query}" if query else ""),
+                str(label),
+            )
+            for operation, label in BULK_LABELS.items()
+            if self._may(request, operation)
+        ]
+
+    def bulk_filter(self, request: HttpRequest) -> JobFilter | None:
+        """The filter of the list's parameters, as the list applies them; None for a
+        parameter that is not one of its filters, or a value it cannot take."""
+        parameters = request.GET
+        if set(parameters) - self.BULK_PARAMETERS:
+            return None
+        if any("\x00" in value for values in parameters.lists() for value in values[1]):
+            return None
+        batch = None
+        if parameters.get("batch"):
+            batch = parse_id(parameters["batch"])
+            if batch is None:
+                return None
+        try:
+            return JobFilter(
+                states=tuple(filter(None, parameters.getlist("state__exact"))),
+                queues=tuple(filter(None, parameters.getlist("queue")))[-1:],
+                tasks=tuple(filter(None, parameters.getlist("task")))[-1:],
+                batch=batch,
+                search=parameters.get("q", ""),
+                search_arguments=sees_payload(request),
+            )
+        except ValueError:
+            return None
+
+    def bulk_view(self, request: HttpRequest, operation: str) -> HttpResponse:
+        """Retry, cancel or delete every job the list's filters match: a confirmation page
+        with the count (estimated past ``EXACT_COUNT_LIMIT``) and the filter in words; on
+        POST, ``bulk`` batches for at most ``bulk_seconds``, then either the list with a
+        summary, or a page of progress whose form (submitted by itself, or by hand without
+        JavaScript) carries the walk's position to the next request."""
+        if operation not in bulk.OPERATIONS:
+            raise Http404
+        if not self._may(request, operation):
+            raise PermissionDenied
+        back = _job_list_url() + (f"?{request.GET.urlencode()}" if request.GET else "")
+        selection = self.bulk_filter(request)
+        if selection is None:
+            message = _("Nothing was changed: the list's filters are not valid.")
+            self.message_user(request, message, messages.ERROR)
+            return HttpResponseRedirect(_job_list_url())
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": BULK_LABELS[operation],
+            "operation": operation,
+            "label": BULK_LABELS[operation],
+            "selection": selection.describe(),
+            "rule": bulk.RULES[operation],
+            "back": back,
+            "media": self.media + forms.Media(js=("django_eddyq/bulk.js",)),
+        }
+        request.current_app = self.admin_site.name
+        template = "admin/django_eddyq/job/bulk_confirmation.html"
+        if request.method != "POST" or request.POST.get("post") != "yes":
+            count, estimated = inspection.estimated_count(
+                selection.apply(self.get_queryset(request))
+            )
+            context.update(count=count, count_shown=f"{count:,}", estimated=estimated)
+            return TemplateResponse(request, template, context)
+        totals = {
+            name: parse_id(request.POST.get(name, "0")) or 0
+            for name in ("after", "end", "matched", "changed", "requested")
+        }
+        result = bulk.OPERATIONS[operation](
+            selection,
+            batch_size=self.bulk_batch_size,
+            seconds=self.bulk_seconds,
+            after=totals["after"],
+            end=totals["end"] if request.POST.get("end") else None,
+            on_batch=lambda changed: self._log_bulk(request, operation, changed),
+        )
+        result.matched += totals["matched"]
+        result.changed += totals["changed"]
+        result.cancel_requested += totals["requested"]
+        if not result.done:
+            context.update(
+                result=result,
+                matched_shown=f"{result.matched:,}",
+                changed_shown=f"{result.changed:,}",
+            )
+            return TemplateResponse(request, template, context)
+        self.message_user(request, _bulk_summary(operation, result), messages.SUCCESS)
+        return HttpResponseRedirect(back)
+
+    def _log_bulk(self, request: HttpRequest, operation: str, changed: list[Any]) -> None:
+        """One admin log entry per job changed, written in its batch's transaction."""
+        messages_by_state = {
+            "retry": "Retried: available now",
+            "cancel": "Cancelled",
+            "delete": "",
+        }
+        user_id = request.user.pk
+        assert user_id is not None  # admin_view lets only staff users in
+        entries = [Job(pk=job.id, task=job.task, state=job.state) for job in changed]
+        requested = operation == "cancel"
+        for flag, jobs, message in (
+            (
+                DELETION if operation == "delete" else CHANGE,
+                [job for job in entries if not (requested and job.state == Job.State.RUNNING)],
+                messages_by_state[operation],
+            ),
+            (
+                CHANGE,
+                [job for job in entries if requested and job.state == Job.State.RUNNING],
+                "Cancel requested: its worker stops it",
+            ),
+        ):
+            if jobs:
+                LogEntry.objects.log_actions(
+                    user_id=user_id,
+                    queryset=jobs,
+                    action_flag=flag,
+                    change_message=message,
+                )
 
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
     ) -> tuple[models.QuerySet[Any], bool]:
-        """A number finds the job of that id, at once. Other words must each be part of the
-        task path or, for a user who may see them, of the arguments' JSON, which means reading
-        every job the filters keep."""
-        term = search_term.strip()
-        if _DIGITS.fullmatch(term):
-            job_id = parse_id(term)
-            return (queryset.none() if job_id is None else queryset.filter(pk=job_id)), False
-        payload = sees_payload(request)
-        if payload:
-            queryset = queryset.alias(
-                args_text=Cast("args", models.TextField()),
-                kwargs_text=Cast("kwargs", models.TextField()),
-            )
-        for word in smart_split(term):
-            if word[0] in "\"'" and word[0] == word[-1] and len(word) > 1:
-                word = unescape_string_literal(word)
-            if word:
-                found = Q(task__icontains=word)
-                if payload:
-                    found |= Q(args_text__icontains=word) | Q(kwargs_text__icontains=word)
-                queryset = queryset.filter(found)
-        return queryset, False
+        """The search of ``selection.search_jobs``: a number finds the job of that id; words
+        are looked for in task paths, and in arguments for a user who may see them."""
+        return search_jobs(queryset, search_term, arguments=sees_payload(request)), False
 
     # Columns and fields.
 
@@ -562,15 +677,8 @@ class JobAdmin(EstimatingAdmin):
     def last_error_line(self, job: Job) -> str:
         line = getattr(job, "last_error", None)
         if line is None and "errors" not in job.get_deferred_fields():
-            line = self._last_error_of(job)
-        return Truncator(line).chars(ERROR_LINE_CHARACTERS) if line else ""
-
-    @staticmethod
-    def _last_error_of(job: Job) -> str | None:
-        if not job.errors or not isinstance(job.errors[-1], dict):
-            return None
-        error = job.errors[-1].get("error")
-        return str(error).split("\n", 1)[0] if error is not None else None
+            line = inspection.last_error_line(job.errors)
+        return Truncator(line).chars(inspection.ERROR_LINE_CHARACTERS) if line else ""
 
     @admin.display(description=_("deleted by retention"))
     def retention_display(self, job: Job) -> str:
@@ -834,6 +942,21 @@ class JobAdmin(EstimatingAdmin):
             ids += f" and {len(objects) - 20} more"
         noun = ngettext("job", "jobs", len(objects))
         self.message_user(request, template % {"ids": f"{noun} {ids}"}, level)
+
+
+def _bulk_summary(operation: str, result: bulk.BulkResult) -> str:
+    done = {"retry": _("Retried"), "cancel": _("Cancelled"), "delete": _("Deleted")}[operation]
+    summary = _("%(done)s %(changed)s of %(matched)s matching jobs; %(skipped)s left alone.") % {
+        "done": done,
+        "changed": f"{result.changed:,}",
+        "matched": f"{result.matched:,}",
+        "skipped": f"{result.skipped:,}",
+    }
+    if result.cancel_requested:
+        summary += " " + _("%(requested)s running: their workers are asked to stop.") % {
+            "requested": f"{result.cancel_requested:,}"
+        }
+    return str(summary)
 
 
 # Batches.

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 else:
     PaginatorBase = Paginator
 
+#: The first line of the last error, in lists, is cut at this many characters.
+ERROR_LINE_CHARACTERS = 160
 #: Counts stop here: a count of more rows is an estimate (shown as "about N").
 EXACT_COUNT_LIMIT = 10_000
 #: Queues listed by the overview and the queue filter, at most.
@@ -41,6 +43,29 @@ QUEUE_LIMIT = 100
 TASK_LIMIT = 100
 #: A worker's status in the registry, by the database's clock: see ``with_worker_status``.
 WORKER_STATUSES = ("running", "lost", "stopped")
+
+
+# The last error of a job, as lists show it.
+
+
+class LastErrorLine(models.Func):
+    """The first line of the last entry of ``errors``, cut short, computed by the database:
+    a list never fetches whole tracebacks."""
+
+    template = (
+        "left(split_part((%(expressions)s -> -1) ->> 'error', chr(10), 1), "
+        f"{ERROR_LINE_CHARACTERS + 1})"
+    )
+    output_field = models.TextField()
+
+
+def last_error_line(errors: Any) -> str | None:
+    """What ``LastErrorLine`` computes, from a job's ``errors`` already read: None if it holds
+    no error of the usual shape."""
+    if not isinstance(errors, list) or not errors or not isinstance(errors[-1], dict):
+        return None
+    error = errors[-1].get("error")
+    return str(error).split("\n", 1)[0][: ERROR_LINE_CHARACTERS + 1] if error is not None else None
 
 
 # Counts and estimates.
@@ -52,6 +77,15 @@ def bounded_count(queryset: models.QuerySet[Any], limit: int) -> int:
     The answer is exact up to ``limit``; ``limit + 1`` means "more than ``limit``".
     """
     return queryset.order_by().values("pk")[: limit + 1].count()
+
+
+def estimated_count(queryset: models.QuerySet[Any]) -> tuple[int, bool]:
+    """How many rows ``queryset`` selects, and whether that is an estimate: exact up to
+    ``EXACT_COUNT_LIMIT``, the planner's estimate past it (never less than that)."""
+    exact = bounded_count(queryset, EXACT_COUNT_LIMIT)
+    if exact <= EXACT_COUNT_LIMIT:
+        return exact, False
+    return max(planner_estimate(queryset) or 0, exact), True
 
 
 def table_estimate(model: type[models.Model], using: str) -> int | None:

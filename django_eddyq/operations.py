@@ -1,11 +1,13 @@
-"""Operations on jobs, queues and batches from the outside: cancel and retry a job, pause and
+"""Operations on jobs, queues and batches from the outside: cancel, retry and delete a job (or
+a batch of ids, by one statement: ``bulk.py`` walks every job of a filter with them), pause and
 resume a queue, complete the batches whose jobs have all ended. Each is one short transaction,
-with the notifications it owes; the models' methods, the admin and the worker call them."""
+with the notifications it owes; the models' methods, the admin, the command line and the worker
+call them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 
@@ -24,29 +26,63 @@ from django_eddyq.vocabulary import (
 MAX_INT4 = 2**31 - 1
 
 
+class ChangedJob(NamedTuple):
+    """A job an operation changed (or, in a dry run, would change), and its state after it
+    (a running job being cancelled stays running, asked to stop)."""
+
+    id: int
+    task: str
+    state: str
+
+
 def cancel_job(job_id: int) -> bool:
+    """Cancel the job now, or, running, ask its worker to stop it; False if it had ended or
+    was already being cancelled."""
     alias = eddyq_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(sql.CANCEL_JOB, {"id": job_id})
-        row = cursor.fetchone()
-        if row is None:
-            return False
-        _job_id, state, batch_id = row[:3]
-        if state == JobState.CANCELLED and batch_id is not None:
-            complete_batches(cursor, [batch_id])
-    return True
+        return bool(cancel_many(cursor, [job_id]))
 
 
 def retry_job(job_id: int) -> bool:
+    """Make the job available now; False if it was already available or running. Raises
+    ``ValueError`` for a completed job."""
     with connections[eddyq_settings.DATABASE].cursor() as cursor:
-        cursor.execute(sql.RETRY_JOB, {"id": job_id})
-        if cursor.fetchone() is not None:
+        if retry_many(cursor, [job_id]):
             return True
         cursor.execute(sql.JOB_STATE, {"id": job_id})
         row = cursor.fetchone()
     if row is not None and row[0] == JobState.COMPLETED:
         raise ValueError(f"job {job_id} completed: a completed job cannot be retried")
     return False
+
+
+def delete_job(job_id: int) -> bool:
+    """Delete the job if it has ended (cancel it first otherwise)."""
+    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+        return bool(delete_many(cursor, [job_id]))
+
+
+def cancel_many(cursor: Any, ids: Sequence[int]) -> list[ChangedJob]:
+    """Cancel those of the jobs ``ids`` that ``cancel_job`` would, completing the batches this
+    ends, in the caller's transaction; the jobs changed."""
+    cursor.execute(sql.CANCEL_JOBS, {"ids": list(ids)})
+    rows = cursor.fetchall()
+    ended_batches = [row[3] for row in rows if row[2] == JobState.CANCELLED and row[3]]
+    if ended_batches:
+        complete_batches(cursor, ended_batches)
+    return [ChangedJob(*row[:3]) for row in rows]
+
+
+def retry_many(cursor: Any, ids: Sequence[int]) -> list[ChangedJob]:
+    """Retry those of the jobs ``ids`` that ``retry_job`` would; the jobs changed."""
+    cursor.execute(sql.RETRY_JOBS, {"ids": list(ids)})
+    return [ChangedJob(*row[:3]) for row in cursor.fetchall()]
+
+
+def delete_many(cursor: Any, ids: Sequence[int]) -> list[ChangedJob]:
+    """Delete those of the jobs ``ids`` that have ended; the jobs deleted."""
+    cursor.execute(sql.DELETE_JOBS, {"ids": list(ids)})
+    return [ChangedJob(*row) for row in cursor.fetchall()]
 
 
 def set_queue_paused(name: str, *, paused: bool) -> None:

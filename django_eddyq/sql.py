@@ -790,26 +790,37 @@ RETURNING name
 
 NOTIFY_QUEUE = "SELECT pg_notify('eddyq_jobs', %(name)s)"
 
+# Which jobs cancel, retry and delete may change: one rule each, shared by the change and by
+# its dry run, and the same for one job (the admin's button, Job.cancel) as for a million (the
+# bulk operations, which send a batch of ids at a time).
+_CANCEL_RULE = (
+    "state IN ('scheduled', 'available', 'running', 'retryable') "
+    "AND (state <> 'running' OR cancel_requested_at IS NULL)"
+)
+_RETRY_RULE = "state IN ('failed', 'cancelled', 'retryable', 'scheduled')"
+# Only ended jobs, as retention would: a job deleted while it runs would go on running.
+_DELETE_RULE = "state IN ('completed', 'failed', 'cancelled')"
+
 # A job not yet running is cancelled at once; a running one is flagged for its worker, which
 # learns of it by notification or at its next heartbeat.
-CANCEL_JOB = """
+CANCEL_JOBS = f"""
 WITH cancelled AS (
     UPDATE eddyq_jobs
     SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
         finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE now() END,
         cancel_requested_at = COALESCE(cancel_requested_at, now())
-    WHERE id = %(id)s
-      AND state IN ('scheduled', 'available', 'running', 'retryable')
-      AND (state <> 'running' OR cancel_requested_at IS NULL)
-    RETURNING id, state, batch_id
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND {_CANCEL_RULE}
+    RETURNING id, task, state, batch_id
 )
-SELECT id, state, batch_id,
+SELECT id, task, state, batch_id,
        (SELECT count(pg_notify('eddyq_control', 'cancel:' || id)) FROM cancelled
         WHERE state = 'running')
 FROM cancelled
 """
 
-RETRY_JOB = """
+# Each queue that got jobs back is notified once, however many of its jobs a batch retried.
+RETRY_JOBS = f"""
 WITH retried AS (
     UPDATE eddyq_jobs
     SET state = 'available',
@@ -818,11 +829,35 @@ WITH retried AS (
         result = NULL,
         cancel_requested_at = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1)
-    WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
-    RETURNING id, queue
+    WHERE id = ANY(%(ids)s::bigint[]) AND {_RETRY_RULE}
+    RETURNING id, task, state, queue
 )
-SELECT id, (SELECT count(pg_notify('eddyq_jobs', queue)) FROM retried) FROM retried
+SELECT id, task, state, (SELECT count(pg_notify('eddyq_jobs', queue))
+            FROM (SELECT DISTINCT queue FROM retried) AS woken)
+FROM retried
 """
+
+DELETE_JOBS = f"""
+DELETE FROM eddyq_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND {_DELETE_RULE}
+RETURNING id, task, state
+"""
+
+# The dry runs: which of the ids the statements above would change, and each one's state (a
+# running job would only be asked to stop).
+CANCELLABLE_JOBS = f"""
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND {_CANCEL_RULE}
+"""
+RETRIABLE_JOBS = f"""
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND {_RETRY_RULE}
+"""
+DELETABLE_JOBS = f"""
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND {_DELETE_RULE}
+"""
+
+# The lowest and highest job ids, read off the primary key's ends: where a bulk operation starts
+# and stops walking, so that jobs enqueued (or failing) while it runs are not in its set.
+JOB_ID_RANGE = "SELECT min(id), max(id) FROM eddyq_jobs"
 
 JOB_STATE = "SELECT state FROM eddyq_jobs WHERE id = %(id)s"
 

@@ -842,23 +842,22 @@ RETURNING name
 -- sql.NOTIFY_QUEUE
 SELECT pg_notify('eddyq_jobs', %(name)s)
 
--- sql.CANCEL_JOB
+-- sql.CANCEL_JOBS
 WITH cancelled AS (
     UPDATE eddyq_jobs
     SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
         finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE now() END,
         cancel_requested_at = COALESCE(cancel_requested_at, now())
-    WHERE id = %(id)s
-      AND state IN ('scheduled', 'available', 'running', 'retryable')
-      AND (state <> 'running' OR cancel_requested_at IS NULL)
-    RETURNING id, state, batch_id
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND state IN ('scheduled', 'available', 'running', 'retryable') AND (state <> 'running' OR cancel_requested_at IS NULL)
+    RETURNING id, task, state, batch_id
 )
-SELECT id, state, batch_id,
+SELECT id, task, state, batch_id,
        (SELECT count(pg_notify('eddyq_control', 'cancel:' || id)) FROM cancelled
         WHERE state = 'running')
 FROM cancelled
 
--- sql.RETRY_JOB
+-- sql.RETRY_JOBS
 WITH retried AS (
     UPDATE eddyq_jobs
     SET state = 'available',
@@ -867,10 +866,29 @@ WITH retried AS (
         result = NULL,
         cancel_requested_at = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1)
-    WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
-    RETURNING id, queue
+    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
+    RETURNING id, task, state, queue
 )
-SELECT id, (SELECT count(pg_notify('eddyq_jobs', queue)) FROM retried) FROM retried
+SELECT id, task, state, (SELECT count(pg_notify('eddyq_jobs', queue))
+            FROM (SELECT DISTINCT queue FROM retried) AS woken)
+FROM retried
+
+-- sql.DELETE_JOBS
+DELETE FROM eddyq_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('completed', 'failed', 'cancelled')
+RETURNING id, task, state
+
+-- sql.CANCELLABLE_JOBS
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('scheduled', 'available', 'running', 'retryable') AND (state <> 'running' OR cancel_requested_at IS NULL)
+
+-- sql.RETRIABLE_JOBS
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
+
+-- sql.DELETABLE_JOBS
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('completed', 'failed', 'cancelled')
+
+-- sql.JOB_ID_RANGE
+SELECT min(id), max(id) FROM eddyq_jobs
 
 -- sql.JOB_STATE
 SELECT state FROM eddyq_jobs WHERE id = %(id)s

@@ -1296,3 +1296,88 @@ def test_worker_ids_are_escaped(superuser: Client) -> None:
     )
     html = superuser.get(job_url(job)).content.decode()
     assert SCRIPT not in html
+
+
+# Actions on every job the filters match.
+
+
+def bulk_url(operation: str, **filters: str) -> str:
+    url = reverse("admin:django_eddyq_job_bulk", args=[operation])
+    return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def test_all_matching_actions_need_their_permission(
+    viewer: Client, changer: Client, deleter: Client
+) -> None:
+    failed_job()
+    assert "eddyq-bulk-links" not in viewer.get(JOBS).content.decode()
+    assert viewer.get(bulk_url("retry")).status_code == 403
+    assert viewer.post(bulk_url("retry"), {"post": "yes"}).status_code == 403
+    assert changer.get(bulk_url("delete")).status_code == 403
+    assert deleter.post(bulk_url("cancel"), {"post": "yes"}).status_code == 403
+    assert changer.get(bulk_url("explode")).status_code == 404
+    page = changer.get(JOBS + "?state__exact=failed").content.decode()
+    assert bulk_url("retry", state__exact="failed") in page.replace("&amp;", "&")
+    assert bulk_url("delete") not in page
+    assert Job.objects.get().state == "failed"
+
+
+def test_retry_all_matching_confirms_then_retries_the_filtered_set(superuser: Client) -> None:
+    emails = [failed_job(queue="emails") for _ in range(3)]
+    other = failed_job(queue="reports")
+    url = bulk_url("retry", state__exact="failed", queue="emails")
+    page = superuser.get(url).content.decode()
+    assert "jobs in state failed, of queue emails" in page
+    assert "3 jobs match." in page
+    assert Job.objects.filter(state="failed").count() == 4  # a GET changes nothing
+
+    response = superuser.post(url, {"post": "yes"}, follow=True)
+    assert "Retried 3 of 3 matching jobs; 0 left alone." in messages_of(response)
+    assert response.redirect_chain[-1][0] == JOBS + "?state__exact=failed&queue=emails"
+    assert {job.state for job in Job.objects.filter(pk__in=[j.pk for j in emails])} == {"available"}
+    assert Job.objects.get(pk=other.pk).state == "failed"
+    assert LogEntry.objects.filter(action_flag=CHANGE).count() == 3
+
+
+def test_an_all_matching_action_continues_request_after_request(superuser: Client) -> None:
+    from django.contrib import admin
+
+    failed = [failed_job() for _ in range(5)]
+    JobFactory(finished=True)
+    job_admin = admin.site.get_model_admin(Job)
+    job_admin.bulk_seconds, job_admin.bulk_batch_size = 0.0, 2
+    try:
+        url = bulk_url("delete", state__exact="failed")
+        data = {"post": "yes"}
+        pages = 0
+        while True:
+            response = superuser.post(url, data)
+            if response.status_code == 302:
+                break
+            pages += 1
+            result = response.context["result"]
+            assert not result.done and result.changed == 2 * pages
+            data = {
+                "post": "yes",
+                "after": str(result.after),
+                "end": str(result.end),
+                "matched": str(result.matched),
+                "changed": str(result.changed),
+                "requested": "0",
+            }
+    finally:
+        del job_admin.bulk_seconds, job_admin.bulk_batch_size
+    assert pages == 2
+    assert not Job.objects.filter(pk__in=[job.pk for job in failed]).exists()
+    assert Job.objects.get().state == "completed"
+    assert LogEntry.objects.filter(action_flag=DELETION).count() == 5
+
+
+def test_all_matching_refuses_what_is_not_a_filter_and_needs_csrf(superuser: Client) -> None:
+    job = failed_job()
+    response = superuser.post(bulk_url("retry", args__contains="x"), {"post": "yes"}, follow=True)
+    assert "Nothing was changed: the list's filters are not valid." in messages_of(response)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(User.objects.get(is_superuser=True))
+    assert strict.post(bulk_url("retry"), {"post": "yes"}).status_code == 403
+    assert Job.objects.get(pk=job.pk).state == "failed"

@@ -355,3 +355,34 @@ def test_periodic_schedules_page(page: Any, live_server: Any) -> None:
     row.locator("td.field-last_run").get_by_role("link", name=f"job {last.pk}").click()
     page.wait_for_url(f"**/job/{last.pk}/change/")
     assert "tests.jobs.record" in page.locator("#content").inner_text()
+
+
+def test_retry_all_matching_past_the_selection_limit(page: Any, live_server: Any) -> None:
+    """1,500 failed jobs, more than an action on selected rows takes: "Retry all matching"
+    from the filtered list, a confirmation with the count and the filter, and every one of
+    them retried, in batches that continue by themselves from request to request."""
+    from django.contrib import admin
+
+    from django_eddyq.admin import ACTION_LIMIT
+
+    failed = JobFactory.create_batch(ACTION_LIMIT + 500, failed=True, queue="emails")
+    JobFactory(failed=True, queue="reports")
+    job_admin = admin.site.get_model_admin(Job)
+    job_admin.bulk_batch_size = 400  # several batches, and with no time, several requests
+    job_admin.bulk_seconds = 0.0
+    try:
+        page.goto(f"{live_server.url}/admin/django_eddyq/job/?state__exact=failed&queue=emails")
+        page.get_by_role("link", name="Retry all matching").click()
+        page.wait_for_url("**/job/bulk/retry/**")
+        assert f"{len(failed):,} jobs match." in page.locator("#content").inner_text()
+        assert "jobs in state failed, of queue emails" in page.locator("#content").inner_text()
+        page.get_by_role("button", name="Yes, Retry all matching").click()
+        page.wait_for_selector(".messagelist .success", timeout=60_000)
+    finally:
+        del job_admin.bulk_batch_size, job_admin.bulk_seconds
+    assert (
+        f"Retried {len(failed):,} of {len(failed):,} matching jobs"
+        in page.locator(".messagelist").inner_text()
+    )
+    assert Job.objects.filter(queue="emails", state="available").count() == len(failed)
+    assert Job.objects.get(queue="reports").state == "failed"

@@ -20,7 +20,7 @@ from django_eddyq.maintenance.periodic import set_periodic_enabled
 from django_eddyq.models import Job, Leader, PeriodicSchedule, Queue, WorkerProcess
 from tests import jobs
 from tests.factories import JobFactory, QueueFactory
-from tests.processes import MANAGE
+from tests.processes import MANAGE, StartWorker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -224,7 +224,17 @@ def test_no_subcommand_is_bad_usage(eddyq: Any) -> None:
 
 
 def test_every_subcommand_has_help(eddyq: Any) -> None:
-    for subcommand in ("status", "job", "pause", "resume", "periodic"):
+    for subcommand in (
+        "status",
+        "job",
+        "jobs",
+        "retry",
+        "cancel",
+        "delete",
+        "pause",
+        "resume",
+        "periodic",
+    ):
         result = eddyq(subcommand, "--help")
         assert result.returncode == 0
         assert "--json" in result.stdout
@@ -374,3 +384,163 @@ def test_periodic_bad_usage_exits_2(
     result = eddyq_periodic(*arguments)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+# jobs
+
+
+def test_jobs_lists_the_newest_matching_jobs(eddyq: Any) -> None:
+    old = JobFactory(failed=True, queue="emails", created_at=timezone.now() - timedelta(days=3))
+    new = JobFactory(failed=True, queue="emails", task="tests.jobs.send_email")
+    JobFactory(finished=True, queue="emails")
+    JobFactory(failed=True, queue="reports")
+
+    result = eddyq("jobs", "--state", "failed", "--queue", "emails")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == [
+        "ID", "TASK", "STATE", "QUEUE", "ATTEMPT", "CREATED", "FINISHED", "LAST", "ERROR"
+    ]  # fmt: skip
+    assert [row.split()[0] for row in rows] == [str(new.pk), str(old.pk)]  # newest first
+    assert rows[0].split()[1:5] == ["tests.jobs.send_email", "failed", "emails", "1/25"]
+    assert rows[0].endswith("ValueError: boom")
+
+    assert (
+        eddyq("jobs", "--since", "1d", "--queue", "emails", "--state", "failed").stdout.count(
+            "failed"
+        )
+        == 1
+    )
+    until = eddyq("jobs", "--until", "1d")
+    assert [row.split()[0] for row in until.stdout.splitlines()[1:]] == [str(old.pk)]
+
+    limited = eddyq("jobs", "--limit", "1")
+    assert "First 1 shown, newest first; more match" in limited.stdout
+
+    data = json.loads(eddyq("jobs", "--search", "send_email", "--json").stdout)
+    assert [job["id"] for job in data["jobs"]] == [new.pk]
+    assert data["jobs"][0]["last_error"] == "ValueError: boom" and data["more"] is False
+
+
+def test_jobs_exits_1_when_nothing_matches(eddyq: Any) -> None:
+    JobFactory(failed=True)
+    result = eddyq("jobs", "--queue", "nothing-here")
+    assert result.returncode == 1
+    assert "No jobs of queue nothing-here." in result.stderr
+    assert json.loads(eddyq("jobs", "--state", "running", "--json").stdout)["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["--state", "lost"], ["--since", "yesterday"], ["--limit", "0"], ["--queue", "a b"]],
+)
+def test_jobs_refuses_bad_filters(eddyq: Any, arguments: list[str]) -> None:
+    assert eddyq("jobs", *arguments).returncode == 2
+
+
+# retry, cancel, delete
+
+
+def test_retry_by_ids(eddyq: Any) -> None:
+    failed, completed = JobFactory(failed=True), JobFactory(finished=True)
+    result = eddyq("retry", str(failed.pk), str(completed.pk), "--yes")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Retried 1 of 2 matching jobs; 1 left alone by the rule")
+    assert Job.objects.get(pk=failed.pk).state == "available"
+    assert Job.objects.get(pk=completed.pk).state == "completed"
+
+
+def test_a_bulk_change_needs_ids_a_filter_or_all(eddyq: Any) -> None:
+    JobFactory(failed=True)
+    for subcommand in ("retry", "cancel", "delete"):
+        result = eddyq(subcommand, "--yes")
+        assert result.returncode == 2
+        assert "or --all" in result.stderr
+    result = eddyq("retry", "--all", "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["changed"] == 1
+
+
+def test_without_a_terminal_a_bulk_change_is_refused_unless_yes(eddyq: Any) -> None:
+    job = JobFactory(failed=True)
+    result = eddyq("delete", "--state", "failed", stdin="y\n")
+    assert result.returncode == 2
+    assert "Delete 1 jobs in state failed?" in result.stderr
+    assert "stdin is not a terminal. Add --yes" in result.stderr
+    assert Job.objects.filter(pk=job.pk).exists()
+
+
+def test_a_dry_run_counts_and_shows_a_sample(eddyq: Any) -> None:
+    jobs = [JobFactory(state=Job.State.AVAILABLE) for _ in range(3)]
+    running = JobFactory(state=Job.State.RUNNING, attempt=1, locked_by="w")
+    ended = JobFactory(finished=True)
+    result = eddyq("cancel", "--all", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "Dry run: would cancel 4 of 5 matching jobs (1 running: their workers are asked to "
+        "stop); 1 left alone by the rule"
+    )
+    assert lines[1] == "Would change: " + ", ".join(
+        f"#{pk}" for pk in sorted([*(job.pk for job in jobs), running.pk])
+    )
+    assert not Job.objects.filter(state="cancelled").exists()
+    assert Job.objects.get(pk=ended.pk).state == "completed"
+
+
+def test_bulk_changes_exit_1_when_nothing_matches(eddyq: Any) -> None:
+    for subcommand in ("retry", "cancel", "delete"):
+        result = eddyq(subcommand, "--queue", "nothing-here", "--yes")
+        assert result.returncode == 1
+        assert "No jobs of queue nothing-here." in result.stderr
+    result = eddyq("delete", "987654321", "--yes", "--json")
+    assert result.returncode == 1 and json.loads(result.stdout)["matched"] == 0
+
+
+def test_cancel_and_delete_summaries_as_json(eddyq: Any) -> None:
+    waiting = JobFactory.create_batch(3)
+    JobFactory(finished=True)
+    cancelled = json.loads(eddyq("cancel", "--state", "available", "--yes", "--json").stdout)
+    assert (cancelled["matched"], cancelled["changed"], cancelled["skipped"]) == (3, 3, 0)
+    assert cancelled["sample"] == [job.pk for job in waiting] and cancelled["done"] is True
+    deleted = json.loads(eddyq("delete", "--all", "--yes", "--json", "--batch-size", "2").stdout)
+    assert (deleted["matched"], deleted["changed"]) == (4, 4)
+    assert not Job.all_objects.exists()
+
+
+def test_a_batched_retry_while_a_worker_runs_loses_and_repeats_no_job(
+    eddyq: Any, start_worker: StartWorker
+) -> None:
+    """20,000 failed jobs retried in batches of 500 while a worker claims them as they come
+    back: each runs exactly once more, and ends completed at its second attempt."""
+    from django.db import connection
+
+    from demo.models import Execution
+
+    jobs = 20_000
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO eddyq_jobs (task, args, kwargs, queue, priority, state, attempt,
+                                    max_attempts, run_at, created_at, finalized_at, errors,
+                                    metadata)
+            SELECT 'tests.jobs.record_execution', '[0]', '{}', 'default', 0, 'failed', 1, 1,
+                   now(), now(), now(), '[{"attempt": 1, "error": "ValueError: boom"}]', '{}'
+            FROM generate_series(1, %s)
+            """,
+            [jobs],
+        )
+        cursor.execute("UPDATE eddyq_jobs SET args = jsonb_build_array(id)")
+    worker = start_worker("--concurrency", "8")
+
+    result = eddyq("retry", "--state", "failed", "--yes", "--json", "--batch-size", "500")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["matched"], summary["changed"]) == (jobs, jobs)
+
+    wait_for(lambda: Job.objects.filter(state="completed").count() == jobs, seconds=240)
+    assert worker.poll() is None
+    assert Job.objects.exclude(state="completed").count() == 0
+    assert set(Job.objects.values_list("attempt", "max_attempts").distinct()) == {(2, 2)}
+    runs = Execution.objects.values_list("job_id", flat=True)
+    assert len(runs) == jobs and set(runs) == set(Job.objects.values_list("pk", flat=True))

@@ -1,14 +1,18 @@
 """``eddyq job ID``: one job, all of it: its arguments and result, every attempt with its worker,
-error and traceback, and when it ran and when retention deletes it."""
+error and traceback, and when it ran and when retention deletes it. ``eddyq jobs``: the newest
+jobs of a filter, a line each."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from django_eddyq.management.cli.output import NOTHING, OK, cell, to_json
+from django_eddyq.inspection import LastErrorLine
+from django_eddyq.management.cli.output import NOTHING, OK, cell, table, to_json
 from django_eddyq.models import Job
 from django_eddyq.retention import job_retention_deadline
+from django_eddyq.selection import JobFilter
+from django_eddyq.vocabulary import JobState
 
 
 def job_data(job: Job) -> dict[str, Any]:
@@ -120,4 +124,67 @@ def show_job(stdout: Any, stderr: Any, job_id: int, *, as_json: bool) -> int:
         return NOTHING
     data = job_data(job)
     stdout.write(to_json(data) if as_json else render(data))
+    return OK
+
+
+# eddyq jobs
+
+
+#: The most jobs ``eddyq jobs`` lists at once.
+MAX_LIMIT = 10_000
+LISTED_FIELDS = (
+    "id",
+    "task",
+    "state",
+    "queue",
+    "attempt",
+    "max_attempts",
+    "created_at",
+    "finalized_at",
+    "cancel_requested_at",
+)
+
+
+def list_jobs(stdout: Any, stderr: Any, selection: JobFilter, *, limit: int, as_json: bool) -> int:
+    """The newest ``limit`` jobs of ``selection``, newest first: one query ordered by id, which
+    stops at the limit, and never a count of every match."""
+    rows = list(
+        selection.apply(Job.objects.all())
+        .order_by("-id")
+        .annotate(last_error=LastErrorLine("errors"))
+        .values(*LISTED_FIELDS, "last_error")[: limit + 1]
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if as_json:
+        stdout.write(to_json({"jobs": rows, "limit": limit, "more": more}))
+        return OK if rows else NOTHING
+    if not rows:
+        stderr.write(f"No {selection.describe()}.")
+        return NOTHING
+    stdout.write(
+        table(
+            ["ID", "TASK", "STATE", "QUEUE", "ATTEMPT", "CREATED", "FINISHED", "LAST ERROR"],
+            [
+                [
+                    row["id"],
+                    row["task"],
+                    row["state"]
+                    + (
+                        " (cancel requested)"
+                        if row["state"] == JobState.RUNNING and row["cancel_requested_at"]
+                        else ""
+                    ),
+                    row["queue"],
+                    f"{row['attempt']}/{row['max_attempts']}",
+                    row["created_at"],
+                    row["finalized_at"],
+                    row["last_error"],
+                ]
+                for row in rows
+            ],
+        )
+    )
+    if more:
+        stdout.write(f"First {limit:,} shown, newest first; more match (raise --limit, or filter).")
     return OK

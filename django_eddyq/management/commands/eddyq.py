@@ -12,21 +12,27 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_eddyq.management.cli import jobs, periodic, queues, status
+from django_eddyq.bulk import BATCH_SIZE
+from django_eddyq.management.cli import changes, jobs, periodic, queues, status
+from django_eddyq.management.cli.filters import add_filter_arguments, job_filter, queue_name
 from django_eddyq.management.cli.output import USAGE, Usage
-from django_eddyq.vocabulary import validate_queue_name
-
-
-def queue_name(value: str) -> str:
-    try:
-        return validate_queue_name(value)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def job_id(value: str) -> int:
     if not value.isdigit() or not 0 < int(value) < 2**63:
         raise argparse.ArgumentTypeError(f"{value!r} is not a job id (a positive integer)")
+    return int(value)
+
+
+def listing_limit(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= jobs.MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{value!r}: give 1 to {jobs.MAX_LIMIT:,} jobs")
+    return int(value)
+
+
+def batch_size(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 10_000:
+        raise argparse.ArgumentTypeError(f"{value!r}: give 1 to 10,000 jobs a batch")
     return int(value)
 
 
@@ -73,6 +79,53 @@ class Command(BaseCommand):
         one = add("job", help="One job: arguments, result, every attempt.")
         one.add_argument("id", type=job_id, help="The job's id.")
 
+        listed = add(
+            "jobs",
+            help="The newest jobs of a filter, a line each.",
+            description="The newest jobs matching every filter given, newest first: id, "
+            "task, state, queue, attempt, when enqueued and finished, the last error's first "
+            "line. Matches are not counted: past --limit, it says more match. Exits 1 when "
+            "no job matches.",
+        )
+        add_filter_arguments(listed)
+        listed.add_argument(
+            "--limit",
+            type=listing_limit,
+            default=50,
+            help="List at most this many jobs (default 50).",
+        )
+
+        for name, rule in (
+            ("retry", "failed, cancelled, retryable and scheduled jobs become available now"),
+            ("cancel", "waiting jobs are cancelled at once, running ones asked to stop"),
+            ("delete", "ended jobs (completed, failed, cancelled) are deleted"),
+        ):
+            bulk = add(
+                name,
+                help=f"{name.capitalize()} jobs by id, or every job of a filter.",
+                description=f"{name.capitalize()} the jobs given by id, or every job matching "
+                f"the filters ({rule}; the others are left alone), in batches of short "
+                "transactions. Asks first on a terminal; --yes to go ahead without asking "
+                "(needed without a terminal). Exits 1 when no job matches.",
+            )
+            bulk.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="Job ids.")
+            add_filter_arguments(bulk)
+            bulk.add_argument(
+                "--all",
+                action="store_true",
+                help=f"{name.capitalize()} every job the rule allows, without ids or filter.",
+            )
+            bulk.add_argument(
+                "--dry-run", action="store_true", help="Count what would change; change nothing."
+            )
+            bulk.add_argument("--yes", action="store_true", help="Do not ask; go ahead.")
+            bulk.add_argument(
+                "--batch-size",
+                type=batch_size,
+                default=BATCH_SIZE,
+                help=f"Jobs per batch, each its own transaction (default {BATCH_SIZE:,}).",
+            )
+
         for name, verb in (("pause", "Pause"), ("resume", "Resume")):
             subcommand = add(
                 name,
@@ -113,6 +166,27 @@ class Command(BaseCommand):
             return status.show(self.stdout, as_json=as_json)
         if subcommand == "job":
             return jobs.show_job(self.stdout, self.stderr, options["id"], as_json=as_json)
+        if subcommand == "jobs":
+            return jobs.list_jobs(
+                self.stdout,
+                self.stderr,
+                job_filter(options),
+                limit=options["limit"],
+                as_json=as_json,
+            )
+        if subcommand in changes.CHANGES:
+            return changes.change(
+                subcommand,
+                job_filter(options, ids=tuple(options["ids"])),
+                stdout=self.stdout,
+                stderr=self.stderr,
+                stdin=sys.stdin,
+                every=options["all"],
+                dry_run=options["dry_run"],
+                yes=options["yes"],
+                batch_size=options["batch_size"],
+                as_json=as_json,
+            )
         if subcommand in ("pause", "resume"):
             return queues.set_paused(
                 self.stdout, options["queues"], paused=subcommand == "pause", as_json=as_json
