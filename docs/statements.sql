@@ -429,6 +429,24 @@ WITH outcome AS (
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
     RETURNING job.id, job.state, job.queue
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', now(), 'UTC'), queue, %(worker_id)s, count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'failed'),
+           count(*) FILTER (WHERE state = 'retryable'),
+           count(*) FILTER (WHERE state = 'cancelled'),
+           count(*) FILTER (WHERE state = 'scheduled')
+    FROM finished
+    WHERE state <> 'available'
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed
 )
 SELECT id, state, (
     SELECT count(pg_notify('eddyq_jobs', queue))
@@ -555,7 +573,25 @@ WITH rescue AS (
     WHERE job.id = rescue.id
       AND job.state = 'running'
       AND job.locked_until < COALESCE(%(now)s::timestamptz, now())
-    RETURNING job.id, job.state, job.batch_id
+    RETURNING job.id, job.state, job.batch_id, job.queue
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC'), queue,
+           'rescuer', count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'failed'),
+           count(*) FILTER (WHERE state = 'retryable'),
+           count(*) FILTER (WHERE state = 'cancelled'),
+           count(*) FILTER (WHERE state = 'scheduled')
+    FROM rescued
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed
 )
 SELECT id, state, batch_id FROM rescued
 

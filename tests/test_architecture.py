@@ -87,6 +87,7 @@ MIGRATIONS = [
     "0006_job_times_default_to_transaction",
     "0007_job_payload_permission",
     "0008_worker_registry",
+    "0009_activity",
 ]
 
 
