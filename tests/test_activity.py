@@ -66,7 +66,7 @@ def test_worker_passes_count_what_they_finished(run_burst_worker: RunWorker) -> 
     )
     # One row per queue of the worker's minute (a second row only if the run crossed a minute).
     minutes = {row[0] for row in counted}
-    assert minutes <= {before.replace(second=0, microsecond=0), after.replace(second=0, microsecond=0)}
+    assert minutes <= {moment.replace(second=0, microsecond=0) for moment in (before, after)}
     assert {row[2] for row in counted} == {worker.id}
     totals: dict[str, list[int]] = {}
     for _minute, queue, _source, *counts in counted:
