@@ -32,7 +32,7 @@ from django.db.models import Count, Func, OuterRef, Q, Subquery
 from django.db.models.functions import Cast, JSONObject
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -41,7 +41,8 @@ from django.utils.text import Truncator, capfirst, smart_split, unescape_string_
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_eddyq import inspection
+from django_eddyq import activity, inspection
+from django_eddyq.charts import activity_charts
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.models import Batch, Job, Queue, WorkerProcess
@@ -501,6 +502,51 @@ class JobAdmin(EstimatingAdmin):
             "eddyq_queue_admin": self.admin_site.is_registered(Queue),
         }
         return super().changelist_view(request, extra_context)
+
+    def get_urls(self) -> list[URLPattern | URLResolver]:
+        activity_url = path(
+            "activity/",
+            self.admin_site.admin_view(self.activity_view),
+            name=f"{self.opts.app_label}_{self.opts.model_name}_activity",
+        )
+        return [activity_url, *super().get_urls()]
+
+    def activity_view(self, request: HttpRequest) -> HttpResponse:
+        """Charts of the jobs finished and the queues' depth, the last hour per minute and the
+        last 7 days per hour, of every queue or of ``?queue=``: read from the activity
+        counters (a few thousand rows at most), never from the jobs."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        queue = request.GET.get("queue") or None
+        hour = activity.activity(timedelta(hours=1), timedelta(minutes=1), queue=queue)
+        week = activity.activity(timedelta(days=7), timedelta(hours=1), queue=queue)
+        interval = eddyq_settings.ACTIVITY_SAMPLE_INTERVAL
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Activity"),
+            "opts": self.opts,
+            "media": self.media,
+            "queue": queue,
+            "queues": inspection.queue_names(),
+            "sample_interval": None if interval is None else format_duration(interval),
+            "charts": [
+                activity_charts(
+                    hour,
+                    chart_id="eddyq-activity-hour",
+                    heading=str(_("the last hour, per minute")),
+                    label_every=10,
+                    label_format="%H:%M",
+                ),
+                activity_charts(
+                    week,
+                    chart_id="eddyq-activity-week",
+                    heading=str(_("the last 7 days, per hour")),
+                    label_every=24,
+                    label_format="%a %d %b",
+                ),
+            ],
+        }
+        return TemplateResponse(request, "admin/django_eddyq/job/activity.html", context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str
