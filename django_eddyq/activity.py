@@ -97,8 +97,16 @@ def activity(
         bucket=bucket,
         queue=queue,
         buckets=[
-            Bucket(start, *(int(value) for value in counts), None if depth is None else int(depth))
-            for start, *counts, depth in rows
+            Bucket(
+                start,
+                completed=int(completed),
+                failed=int(failed),
+                retried=int(retried),
+                cancelled=int(cancelled),
+                snoozed=int(snoozed),
+                available=None if depth is None else int(depth),
+            )
+            for start, completed, failed, retried, cancelled, snoozed, depth in rows
         ],
     )
 

@@ -32,7 +32,7 @@ from django.db.models import Count, Func, OuterRef, Q, Subquery
 from django.db.models.functions import Cast, JSONObject
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
@@ -503,7 +503,7 @@ class JobAdmin(EstimatingAdmin):
         }
         return super().changelist_view(request, extra_context)
 
-    def get_urls(self) -> list[URLPattern | URLResolver]:
+    def get_urls(self) -> list[URLPattern]:
         activity_url = path(
             "activity/",
             self.admin_site.admin_view(self.activity_view),

@@ -113,7 +113,7 @@ def nice_ceiling(value: int) -> int:
     the top of the y axis."""
     if value <= 1:
         return 1
-    power = 10 ** (len(str(int(value))) - 1)
+    power: int = 10 ** (len(str(int(value))) - 1)
     for factor in (1, 2, 5, 10):
         if factor * power >= value:
             return factor * power

@@ -9,7 +9,7 @@ table small: a day of a busy fleet's minutes becomes 24 rows per queue once fold
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
@@ -42,7 +42,7 @@ class ActivitySampler(Service):
         with self.cursor() as cursor:
             period = bounded_period(eddyq_settings.ACTIVITY_RETENTION)
             while period is not None and not self.stopping:
-                params = {"now": now, "period": period, "limit": self.batch_size}
+                params: dict[str, Any] = {"now": now, "period": period, "limit": self.batch_size}
                 cursor.execute(sql.DELETE_OLD_ACTIVITY, params)
                 deleted = int(cursor.fetchone()[0])
                 changed += deleted
