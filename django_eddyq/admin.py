@@ -42,7 +42,8 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_eddyq import bulk, inspection
+from django_eddyq import activity, bulk, inspection
+from django_eddyq.charts import activity_charts
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.exceptions import ScheduleNotFound
@@ -507,8 +508,18 @@ class JobAdmin(EstimatingAdmin):
     BULK_PARAMETERS = frozenset({"state__exact", "queue", "task", "batch", "q", "o", "p"})
 
     def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view(self.bulk_view)
-        own = [path("bulk/<str:operation>/", view, name="django_eddyq_job_bulk")]
+        own = [
+            path(
+                "activity/",
+                self.admin_site.admin_view(self.activity_view),
+                name="django_eddyq_job_activity",
+            ),
+            path(
+                "bulk/<str:operation>/",
+                self.admin_site.admin_view(self.bulk_view),
+                name="django_eddyq_job_bulk",
+            ),
+        ]
         return own + super().get_urls()
 
     def _may(self, request: HttpRequest, operation: str) -> bool:
@@ -643,6 +654,45 @@ class JobAdmin(EstimatingAdmin):
                     action_flag=flag,
                     change_message=message,
                 )
+
+    # The activity page.
+
+    def activity_view(self, request: HttpRequest) -> HttpResponse:
+        """Charts of the jobs finished and the queues' depth, the last hour per minute and the
+        last 7 days per hour, of every queue or of ``?queue=``: read from the activity
+        counters (a few thousand rows at most), never from the jobs."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        queue = request.GET.get("queue") or None
+        hour = activity.activity(timedelta(hours=1), timedelta(minutes=1), queue=queue)
+        week = activity.activity(timedelta(days=7), timedelta(hours=1), queue=queue)
+        interval = eddyq_settings.ACTIVITY_SAMPLE_INTERVAL
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Activity"),
+            "opts": self.opts,
+            "media": self.media,
+            "queue": queue,
+            "queues": inspection.queue_names(),
+            "sample_interval": None if interval is None else format_duration(interval),
+            "charts": [
+                activity_charts(
+                    hour,
+                    chart_id="eddyq-activity-hour",
+                    heading=str(_("the last hour, per minute")),
+                    label_every=10,
+                    label_format="%H:%M",
+                ),
+                activity_charts(
+                    week,
+                    chart_id="eddyq-activity-week",
+                    heading=str(_("the last 7 days, per hour")),
+                    label_every=24,
+                    label_format="%a %d %b",
+                ),
+            ],
+        }
+        return TemplateResponse(request, "admin/django_eddyq/job/activity.html", context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: models.QuerySet[Any], search_term: str

@@ -5,6 +5,7 @@ The checks report invalid settings and never raise on them.
 
 import os
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
@@ -26,6 +27,8 @@ from django_eddyq.durations import format_duration
 from django_eddyq.maintenance.periodic import PeriodicJob
 
 TAG = "django_eddyq"
+# The longest window the admin's activity charts show.
+ACTIVITY_WEEK = timedelta(days=7)
 
 UNKNOWN_KEY = "django_eddyq.E001"
 INVALID_VALUE = "django_eddyq.E002"
@@ -38,6 +41,7 @@ INVALID_PERIODIC_JOB = "django_eddyq.E008"
 METRICS_NOT_INSTALLED = "django_eddyq.E009"
 UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
 LEADER_RENEWAL_LATE = "django_eddyq.W002"
+ACTIVITY_RETENTION_SHORT = "django_eddyq.W003"
 
 # EDDYQ_ variables that are not settings: the system user of django_eddyq.embedded's PostgreSQL,
 # the data directory that the test project hands down to the processes it starts, and the
@@ -145,6 +149,24 @@ def check_leader_lease(app_configs: AppConfigs = None, **kwargs: Any) -> list[Ch
             )
         ]
     return []
+
+
+@register(TAG)
+def check_activity_retention(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        retention = eddyq_settings.ACTIVITY_RETENTION
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    if retention is None or retention >= ACTIVITY_WEEK:
+        return []
+    return [
+        Warning(
+            f"ACTIVITY_RETENTION ({format_duration(retention)}) is shorter than the 7 days "
+            "the admin's activity chart shows: its older hours stay empty.",
+            hint="Keep ACTIVITY_RETENTION at 7 days or more, like its default of 8 days.",
+            id=ACTIVITY_RETENTION_SHORT,
+        )
+    ]
 
 
 @register(TAG)

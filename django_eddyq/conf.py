@@ -346,6 +346,8 @@ class EddyqSettings:
     QUEUE_CLEANER_INTERVAL = Setting("1h", _service_interval, from_environment=_text_or_none)
     QUEUE_RETENTION = Setting("24h", _duration)
     WORKER_RETENTION = Setting("24h", _retention_period, from_environment=_text_or_none)
+    ACTIVITY_SAMPLE_INTERVAL = Setting("1m", _service_interval, from_environment=_text_or_none)
+    ACTIVITY_RETENTION = Setting("8d", _retention_period, from_environment=_text_or_none)
     REINDEX_SCHEDULE = Setting(
         "0 0 * * *", _cron_expression_or_none, from_environment=_text_or_none
     )

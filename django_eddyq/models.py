@@ -1,4 +1,4 @@
-"""The queue's tables: jobs, batches, queues and the leader lease."""
+"""The queue's tables: jobs, batches, queues, the leader lease and the activity counters."""
 
 from __future__ import annotations
 
@@ -408,3 +408,38 @@ class PeriodicSchedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: last run {self.last_run_at.isoformat()}"
+
+
+class Activity(models.Model):
+    """Jobs finished per minute and queue, and each queue's sampled depth: what the admin's
+    charts and ``eddyq status`` read, so that neither counts finished jobs.
+
+    A worker adds its pass's outcomes to its own row of the minute (``source`` is its id, so
+    that workers never wait on each other's row), in the statement that writes them; the
+    rescuer adds what it rescued (``source`` "rescuer"). The activity sampler
+    (``maintenance/activity.py``) writes each queue's available jobs (``source`` "sampler"),
+    folds the rows of each hour past the last one into one row per queue (``source`` "hour",
+    ``minute`` the hour's start, ``available`` the hour's highest sample) and deletes the rows
+    older than ``ACTIVITY_RETENTION``. Minutes are the database's, in UTC.
+    """
+
+    pk = models.CompositePrimaryKey("minute", "queue", "source")
+    minute = models.DateTimeField(_("minute"))
+    queue = models.CharField(_("queue"), max_length=64)
+    source = models.CharField(_("source"), max_length=255)
+    completed = models.BigIntegerField(_("completed"), db_default=0)
+    failed = models.BigIntegerField(_("failed"), db_default=0)
+    retried = models.BigIntegerField(_("retried"), db_default=0)
+    cancelled = models.BigIntegerField(_("cancelled"), db_default=0)
+    snoozed = models.BigIntegerField(_("snoozed"), db_default=0)
+    available = models.BigIntegerField(_("available jobs"), null=True, blank=True)
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "eddyq_activity"
+        verbose_name = _("activity")
+        verbose_name_plural = _("activity")
+
+    def __str__(self) -> str:
+        return f"{self.queue} at {self.minute.isoformat()} ({self.source})"

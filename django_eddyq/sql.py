@@ -210,6 +210,20 @@ WHERE job.unique_key = held.unique_key
 
 # Claim, finish, heartbeat: a worker's pass.
 
+# The activity counters (eddyq_activity) of the jobs a statement finished (its CTE's rows of
+# (state, queue), grouped by queue): how many ended in each state, and how they add to the row
+# of the minute already there.
+_ACTIVITY_COUNTS = """count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'failed'),
+           count(*) FILTER (WHERE state = 'retryable'),
+           count(*) FILTER (WHERE state = 'cancelled'),
+           count(*) FILTER (WHERE state = 'scheduled')"""
+_ADD_ACTIVITY_COUNTS = """completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed"""
+
 # The queues of the jobs a worker claimed, touched now and then so that the queue cleaner keeps
 # their rows.
 TOUCH_QUEUES = """
@@ -296,7 +310,10 @@ CLAIM_WITHOUT_SORT = "SELECT set_config('enable_sort', 'off', true)"
 # under this worker and this attempt changes, so a late finish never overwrites a rescue.
 # The outcomes come as one JSON array of objects (keys left out are null): one parameter that one
 # json.dumps writes, where seven arrays took psycopg's array adapters much of a pass's Python.
-FINISH_JOBS = """
+# The jobs it finished are added to the worker's own activity row of the minute (counted), in
+# the same statement: the charts read the counts, never the finished jobs, and the pass sends
+# no statement more. A job handed back (available again) has no outcome to count.
+FINISH_JOBS = f"""
 WITH outcome AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
         id bigint, attempt integer, state text, result jsonb, error jsonb, delay float8,
@@ -325,6 +342,16 @@ WITH outcome AS (
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
     RETURNING job.id, job.state, job.queue
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', now(), 'UTC'), queue, %(worker_id)s, {_ACTIVITY_COUNTS}
+    FROM finished
+    WHERE state <> 'available'
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET {_ADD_ACTIVITY_COUNTS}
 )
 SELECT id, state, (
     SELECT count(pg_notify('eddyq_jobs', queue))
@@ -435,7 +462,8 @@ FOR UPDATE SKIP LOCKED
 """
 
 # Tests the lease again, as the row is now: a heartbeat may have renewed it since it was found.
-RESCUE_JOBS = """
+# What it rescued is counted as FINISH_JOBS counts, into a row of the rescuer's.
+RESCUE_JOBS = f"""
 WITH rescue AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(states)s::text[], %(delays)s::float8[], %(errors)s::jsonb[]
@@ -457,7 +485,17 @@ WITH rescue AS (
     WHERE job.id = rescue.id
       AND job.state = 'running'
       AND job.locked_until < COALESCE(%(now)s::timestamptz, now())
-    RETURNING job.id, job.state, job.batch_id
+    RETURNING job.id, job.state, job.batch_id, job.queue
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC'), queue,
+           'rescuer', {_ACTIVITY_COUNTS}
+    FROM rescued
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET {_ADD_ACTIVITY_COUNTS}
 )
 SELECT id, state, batch_id FROM rescued
 """
@@ -1109,4 +1147,170 @@ WHERE class.oid = to_regclass('eddyq_jobs') AND class.reltuples > 0
 METRICS_READ_SETTINGS = """
 SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('jit', 'off', true)
+"""
+
+
+# Activity: the counters of finished jobs per minute (written by FINISH_JOBS and RESCUE_JOBS),
+# the sampled depth of each queue, and their reads (maintenance/activity.py, activity.py).
+#
+# Rows are keyed (minute, queue, source); minutes are truncated in UTC, so that an hour is the
+# same hour in every session time zone. The primary key's index, minute first, serves every
+# read and delete below by a range of minutes.
+
+# Each queue's available jobs (of the first %(queue_limit)s queues by name), counted along
+# eddyq_jobs_queue_claim_idx up to %(limit)s, written as the sampler's row of the minute. Past
+# the limit a queue's depth is an estimate, as the gauges make it: the planner's estimate of
+# the available jobs (pg_stats' most common values times pg_class.reltuples) beyond those
+# counted exactly, shared evenly by the queues past the limit, each at least %(limit)s + 1.
+SAMPLE_QUEUE_DEPTH = """
+WITH queues AS MATERIALIZED (
+    SELECT name FROM eddyq_queues ORDER BY name LIMIT %(queue_limit)s
+), counted AS MATERIALIZED (
+    SELECT queues.name,
+           (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                  WHERE job.state = 'available' AND job.queue = queues.name
+                                  LIMIT %(limit)s + 1) AS available) AS available
+    FROM queues
+), estimate AS (
+    SELECT round(mcv.frequency * class.reltuples)::bigint AS available
+    FROM pg_class AS class
+    JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+    JOIN pg_stats AS stats
+      ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
+     AND stats.attname = 'state'
+    CROSS JOIN LATERAL unnest(stats.most_common_vals::text::text[], stats.most_common_freqs)
+        AS mcv(state, frequency)
+    WHERE class.oid = to_regclass('eddyq_jobs') AND class.reltuples > 0
+      AND mcv.state = 'available'
+), share AS (
+    SELECT GREATEST(
+               COALESCE((SELECT max(available) FROM estimate), 0)
+               - (SELECT COALESCE(sum(available), 0) FROM counted
+                  WHERE available <= %(limit)s),
+               0
+           )::float8
+           / NULLIF((SELECT count(*) FROM counted WHERE available > %(limit)s), 0) AS each
+), sampled AS (
+    INSERT INTO eddyq_activity AS activity (minute, queue, source, available)
+    SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC'), counted.name,
+           'sampler',
+           CASE WHEN counted.available <= %(limit)s THEN counted.available
+                ELSE GREATEST(round((SELECT each FROM share))::bigint, %(limit)s + 1)
+           END
+    FROM counted
+    ON CONFLICT (minute, queue, source) DO UPDATE SET available = EXCLUDED.available
+    RETURNING 1
+)
+SELECT count(*) FROM sampled
+"""
+
+# The rows of the oldest hour that ended before the last hour began, folded into one row per
+# queue (source 'hour', minute the hour's start): its counts summed, its depth the highest
+# sample. A pass folds an hour a statement, so that after a long stop no statement reads days of
+# rows; the last hour's minutes, which the per-minute chart reads, stay as they are. A late row
+# of an hour already folded (from a transaction that began over an hour earlier) is folded into
+# it at the next pass; until then the reads sum it all the same.
+FOLD_ACTIVITY_HOUR = """
+WITH oldest AS (
+    SELECT date_trunc('hour', min(minute), 'UTC') AS hour
+    FROM eddyq_activity
+    WHERE minute
+          < date_trunc('hour', COALESCE(%(now)s::timestamptz, now()) - interval '1 hour', 'UTC')
+      AND source <> 'hour'
+), folded AS (
+    DELETE FROM eddyq_activity AS activity
+    USING oldest
+    WHERE activity.minute >= oldest.hour
+      AND activity.minute < oldest.hour + interval '1 hour'
+      AND activity.source <> 'hour'
+    RETURNING activity.*
+), hourly AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed, available
+    )
+    SELECT date_trunc('hour', minute, 'UTC'), queue, 'hour', sum(completed), sum(failed),
+           sum(retried), sum(cancelled), sum(snoozed), max(available)
+    FROM folded
+    GROUP BY 1, 2
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed,
+        available = GREATEST(activity.available, EXCLUDED.available)
+)
+SELECT count(*) FROM folded
+"""
+
+# Up to %(limit)s rows older than ACTIVITY_RETENTION (%(period)s), oldest first.
+DELETE_OLD_ACTIVITY = """
+WITH old AS (
+    SELECT minute, queue, source FROM eddyq_activity
+    WHERE minute
+          < (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
+            AT TIME ZONE 'UTC'
+    ORDER BY minute
+    LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM eddyq_activity AS activity
+    USING old
+    WHERE (activity.minute, activity.queue, activity.source)
+          = (old.minute, old.queue, old.source)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted
+"""
+
+# The activity of %(buckets)s buckets of a %(unit)s each, the last one the current one, of the
+# queue %(queue)s (NULL: all queues): rows of (start, completed, failed, retried, cancelled,
+# snoozed, available), every bucket there, its counts 0 when nothing was counted. available is
+# the sum over queues of each queue's highest sample in the bucket, NULL when none was sampled.
+ACTIVITY_SERIES = """
+WITH buckets AS (
+    SELECT generate_series(
+               last - (%(buckets)s - 1) * %(step)s::interval, last, %(step)s::interval
+           ) AS start
+    FROM (SELECT date_trunc(%(unit)s, COALESCE(%(now)s::timestamptz, now()), 'UTC') AS last)
+         AS now
+), per_queue AS (
+    SELECT date_trunc(%(unit)s, minute, 'UTC') AS start, queue, sum(completed) AS completed,
+           sum(failed) AS failed, sum(retried) AS retried, sum(cancelled) AS cancelled,
+           sum(snoozed) AS snoozed, max(available) AS available
+    FROM eddyq_activity
+    WHERE minute >= (SELECT min(start) FROM buckets)
+      AND minute < (SELECT max(start) FROM buckets) + %(step)s::interval
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    GROUP BY 1, 2
+)
+SELECT buckets.start,
+       COALESCE(sum(per_queue.completed), 0)::bigint, COALESCE(sum(per_queue.failed), 0)::bigint,
+       COALESCE(sum(per_queue.retried), 0)::bigint, COALESCE(sum(per_queue.cancelled), 0)::bigint,
+       COALESCE(sum(per_queue.snoozed), 0)::bigint, sum(per_queue.available)::bigint
+FROM buckets
+LEFT JOIN per_queue ON per_queue.start = buckets.start
+GROUP BY buckets.start
+ORDER BY buckets.start
+"""
+
+# Per queue, the jobs completed and failed in the current minute and the 1, 5 and 15 before it.
+RECENT_ACTIVITY = """
+WITH recent AS (
+    SELECT activity.queue, activity.completed, activity.failed,
+           now.minute - activity.minute AS age
+    FROM eddyq_activity AS activity,
+         (SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC') AS minute)
+         AS now
+    WHERE activity.minute >= now.minute - interval '15 minutes'
+)
+SELECT queue,
+       COALESCE(sum(completed) FILTER (WHERE age <= interval '1 minute'), 0),
+       COALESCE(sum(completed) FILTER (WHERE age <= interval '5 minutes'), 0),
+       COALESCE(sum(completed), 0),
+       COALESCE(sum(failed) FILTER (WHERE age <= interval '1 minute'), 0),
+       COALESCE(sum(failed) FILTER (WHERE age <= interval '5 minutes'), 0),
+       COALESCE(sum(failed), 0)
+FROM recent
+GROUP BY queue
+ORDER BY queue
 """

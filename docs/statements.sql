@@ -429,6 +429,24 @@ WITH outcome AS (
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
     RETURNING job.id, job.state, job.queue
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', now(), 'UTC'), queue, %(worker_id)s, count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'failed'),
+           count(*) FILTER (WHERE state = 'retryable'),
+           count(*) FILTER (WHERE state = 'cancelled'),
+           count(*) FILTER (WHERE state = 'scheduled')
+    FROM finished
+    WHERE state <> 'available'
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed
 )
 SELECT id, state, (
     SELECT count(pg_notify('eddyq_jobs', queue))
@@ -555,7 +573,25 @@ WITH rescue AS (
     WHERE job.id = rescue.id
       AND job.state = 'running'
       AND job.locked_until < COALESCE(%(now)s::timestamptz, now())
-    RETURNING job.id, job.state, job.batch_id
+    RETURNING job.id, job.state, job.batch_id, job.queue
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC'), queue,
+           'rescuer', count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'failed'),
+           count(*) FILTER (WHERE state = 'retryable'),
+           count(*) FILTER (WHERE state = 'cancelled'),
+           count(*) FILTER (WHERE state = 'scheduled')
+    FROM rescued
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed
 )
 SELECT id, state, batch_id FROM rescued
 
@@ -1092,3 +1128,139 @@ WHERE class.oid = to_regclass('eddyq_jobs') AND class.reltuples > 0
 -- sql.METRICS_READ_SETTINGS
 SELECT set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('jit', 'off', true)
+
+-- sql.SAMPLE_QUEUE_DEPTH
+WITH queues AS MATERIALIZED (
+    SELECT name FROM eddyq_queues ORDER BY name LIMIT %(queue_limit)s
+), counted AS MATERIALIZED (
+    SELECT queues.name,
+           (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                  WHERE job.state = 'available' AND job.queue = queues.name
+                                  LIMIT %(limit)s + 1) AS available) AS available
+    FROM queues
+), estimate AS (
+    SELECT round(mcv.frequency * class.reltuples)::bigint AS available
+    FROM pg_class AS class
+    JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+    JOIN pg_stats AS stats
+      ON stats.schemaname = namespace.nspname AND stats.tablename = class.relname
+     AND stats.attname = 'state'
+    CROSS JOIN LATERAL unnest(stats.most_common_vals::text::text[], stats.most_common_freqs)
+        AS mcv(state, frequency)
+    WHERE class.oid = to_regclass('eddyq_jobs') AND class.reltuples > 0
+      AND mcv.state = 'available'
+), share AS (
+    SELECT GREATEST(
+               COALESCE((SELECT max(available) FROM estimate), 0)
+               - (SELECT COALESCE(sum(available), 0) FROM counted
+                  WHERE available <= %(limit)s),
+               0
+           )::float8
+           / NULLIF((SELECT count(*) FROM counted WHERE available > %(limit)s), 0) AS each
+), sampled AS (
+    INSERT INTO eddyq_activity AS activity (minute, queue, source, available)
+    SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC'), counted.name,
+           'sampler',
+           CASE WHEN counted.available <= %(limit)s THEN counted.available
+                ELSE GREATEST(round((SELECT each FROM share))::bigint, %(limit)s + 1)
+           END
+    FROM counted
+    ON CONFLICT (minute, queue, source) DO UPDATE SET available = EXCLUDED.available
+    RETURNING 1
+)
+SELECT count(*) FROM sampled
+
+-- sql.FOLD_ACTIVITY_HOUR
+WITH oldest AS (
+    SELECT date_trunc('hour', min(minute), 'UTC') AS hour
+    FROM eddyq_activity
+    WHERE minute
+          < date_trunc('hour', COALESCE(%(now)s::timestamptz, now()) - interval '1 hour', 'UTC')
+      AND source <> 'hour'
+), folded AS (
+    DELETE FROM eddyq_activity AS activity
+    USING oldest
+    WHERE activity.minute >= oldest.hour
+      AND activity.minute < oldest.hour + interval '1 hour'
+      AND activity.source <> 'hour'
+    RETURNING activity.*
+), hourly AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed, available
+    )
+    SELECT date_trunc('hour', minute, 'UTC'), queue, 'hour', sum(completed), sum(failed),
+           sum(retried), sum(cancelled), sum(snoozed), max(available)
+    FROM folded
+    GROUP BY 1, 2
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed,
+        available = GREATEST(activity.available, EXCLUDED.available)
+)
+SELECT count(*) FROM folded
+
+-- sql.DELETE_OLD_ACTIVITY
+WITH old AS (
+    SELECT minute, queue, source FROM eddyq_activity
+    WHERE minute
+          < (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
+            AT TIME ZONE 'UTC'
+    ORDER BY minute
+    LIMIT %(limit)s
+), deleted AS (
+    DELETE FROM eddyq_activity AS activity
+    USING old
+    WHERE (activity.minute, activity.queue, activity.source)
+          = (old.minute, old.queue, old.source)
+    RETURNING 1
+)
+SELECT count(*) FROM deleted
+
+-- sql.ACTIVITY_SERIES
+WITH buckets AS (
+    SELECT generate_series(
+               last - (%(buckets)s - 1) * %(step)s::interval, last, %(step)s::interval
+           ) AS start
+    FROM (SELECT date_trunc(%(unit)s, COALESCE(%(now)s::timestamptz, now()), 'UTC') AS last)
+         AS now
+), per_queue AS (
+    SELECT date_trunc(%(unit)s, minute, 'UTC') AS start, queue, sum(completed) AS completed,
+           sum(failed) AS failed, sum(retried) AS retried, sum(cancelled) AS cancelled,
+           sum(snoozed) AS snoozed, max(available) AS available
+    FROM eddyq_activity
+    WHERE minute >= (SELECT min(start) FROM buckets)
+      AND minute < (SELECT max(start) FROM buckets) + %(step)s::interval
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    GROUP BY 1, 2
+)
+SELECT buckets.start,
+       COALESCE(sum(per_queue.completed), 0)::bigint, COALESCE(sum(per_queue.failed), 0)::bigint,
+       COALESCE(sum(per_queue.retried), 0)::bigint, COALESCE(sum(per_queue.cancelled), 0)::bigint,
+       COALESCE(sum(per_queue.snoozed), 0)::bigint, sum(per_queue.available)::bigint
+FROM buckets
+LEFT JOIN per_queue ON per_queue.start = buckets.start
+GROUP BY buckets.start
+ORDER BY buckets.start
+
+-- sql.RECENT_ACTIVITY
+WITH recent AS (
+    SELECT activity.queue, activity.completed, activity.failed,
+           now.minute - activity.minute AS age
+    FROM eddyq_activity AS activity,
+         (SELECT date_trunc('minute', COALESCE(%(now)s::timestamptz, now()), 'UTC') AS minute)
+         AS now
+    WHERE activity.minute >= now.minute - interval '15 minutes'
+)
+SELECT queue,
+       COALESCE(sum(completed) FILTER (WHERE age <= interval '1 minute'), 0),
+       COALESCE(sum(completed) FILTER (WHERE age <= interval '5 minutes'), 0),
+       COALESCE(sum(completed), 0),
+       COALESCE(sum(failed) FILTER (WHERE age <= interval '1 minute'), 0),
+       COALESCE(sum(failed) FILTER (WHERE age <= interval '5 minutes'), 0),
+       COALESCE(sum(failed), 0)
+FROM recent
+GROUP BY queue
+ORDER BY queue

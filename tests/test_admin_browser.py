@@ -386,3 +386,53 @@ def test_retry_all_matching_past_the_selection_limit(page: Any, live_server: Any
     )
     assert Job.objects.filter(queue="emails", state="available").count() == len(failed)
     assert Job.objects.get(queue="reports").state == "failed"
+
+
+def test_activity_charts(page: Any, live_server: Any) -> None:
+    """From the job list's overview to the activity page: its charts drawn, their legends in
+    words, their numbers in a table."""
+    from django_eddyq.maintenance.activity import ActivitySampler
+    from django_eddyq.models import Activity
+
+    QueueFactory(name="default")
+    JobFactory.create_batch(3, queue="default")
+    now = timezone.now().replace(second=0, microsecond=0)
+    for minutes in range(60):
+        Activity.objects.create(
+            minute=now - timedelta(minutes=minutes),
+            queue="default",
+            source="w1",
+            completed=20 + (minutes * 7) % 17,
+            failed=(minutes * 3) % 5,
+            retried=(minutes * 5) % 7,
+        )
+        Activity.objects.create(
+            minute=now - timedelta(minutes=minutes),
+            queue="default",
+            source="sampler",
+            available=100 - minutes + minutes % 4 * 5,
+        )
+    for hours in range(2, 168):
+        Activity.objects.create(
+            minute=now.replace(minute=0) - timedelta(hours=hours),
+            queue="default",
+            source="hour",
+            completed=600 + 20 * (hours * 5 % 9) + (200 if hours % 24 < 8 else 0),
+            failed=hours * 3 % 4 * 10,
+            retried=hours * 5 % 6 * 8,
+            available=50 + hours % 24 * 3,
+        )
+    ActivitySampler().run_once()
+    page.goto(f"{live_server.url}/admin/django_eddyq/job/")
+    page.click("#eddyq-activity-link")
+    chart = page.locator("svg#eddyq-activity-hour-finished")
+    chart.wait_for(state="visible")
+    assert chart.get_attribute("role") == "img"
+    assert "Jobs finished, the last hour, per minute" in chart.locator("title").text_content()
+    legend = chart.locator(".eddyq-chart-legend").text_content()
+    assert "completed" in legend and "failed" in legend and "retried" in legend
+    assert page.locator("svg#eddyq-activity-week-depth").is_visible()
+    page.click("text=The numbers, as a table")
+    assert page.locator(".eddyq-chart-data table").first.is_visible()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "admin-activity.png"), full_page=True)

@@ -92,6 +92,7 @@ MIGRATIONS = [
     "0007_job_payload_permission",
     "0008_worker_registry",
     "0009_periodic_controls",
+    "0010_activity",
 ]
 
 

@@ -18,6 +18,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 CHECK_IDS = {f"django_eddyq.E00{number}" for number in range(1, 7)} | {
     "django_eddyq.W001",
     "django_eddyq.W002",
+    "django_eddyq.W003",
 }
 
 
@@ -173,6 +174,22 @@ def test_leader_renew_interval_above_half_the_lease() -> None:
         "LEADER_RENEW_INTERVAL (20s) and LEADER_LEASE (30s): "
         "a single late renewal would lose the leadership."
     )
+
+
+# W003: activity retention
+
+
+@pytest.mark.parametrize(("retention", "warned"), [("6d", True), ("7d", False), (None, False)])
+def test_activity_retention_shorter_than_the_charts_week(retention: str, warned: bool) -> None:
+    with override_settings(EDDYQ={"ACTIVITY_RETENTION": retention}):
+        messages = eddyq_messages()
+    if not warned:
+        assert messages == []
+        return
+    [message] = messages
+    assert message.id == "django_eddyq.W003"
+    assert not message.is_serious()
+    assert "ACTIVITY_RETENTION (6d) is shorter than the 7 days" in message.msg
 
 
 # E005 and E006: database

@@ -82,7 +82,7 @@ def test_status_of_a_healthy_queue(eddyq: Any) -> None:
     header = next(line for line in lines if line.startswith("QUEUE"))
     assert header.split() == [
         "QUEUE", "PAUSED", "AVAILABLE", "SCHEDULED", "RUNNING", "RETRYABLE", "COMPLETED",
-        "FAILED", "CANCELLED", "OLDEST", "DUE",
+        "FAILED", "CANCELLED", "OLDEST", "DUE", "COMPLETED", "1/5/15M", "FAILED", "1/5/15M",
     ]  # fmt: skip
     default = next(line for line in lines if line.startswith("default"))
     assert default.split()[:9] == ["default", "no", "3", "0", "0", "0", "0", "1", "0"]
@@ -107,6 +107,40 @@ def test_status_as_json(eddyq: Any) -> None:
     assert data["leader"]["worker"] == "web-1:11:abc" and data["leader"]["active"] is True
     [worker] = data["workers"]
     assert (worker["id"], worker["status"], worker["running"]) == ("web-1:11:abc", "running", 2)
+
+
+def test_status_shows_the_jobs_finished_lately(eddyq: Any) -> None:
+    from django_eddyq.models import Activity
+
+    QueueFactory(name="default")
+    QueueFactory(name="idle")
+    live_worker()
+    minute = timezone.now().replace(second=0, microsecond=0)
+    for minutes_ago, completed, failed in ((0, 1, 0), (1, 2, 1), (4, 30, 0), (14, 400, 5)):
+        Activity.objects.create(
+            minute=minute - timedelta(minutes=minutes_ago),
+            queue="default",
+            source="w1",
+            completed=completed,
+            failed=failed,
+        )
+    Activity.objects.create(minute=minute - timedelta(minutes=20), queue="idle", source="w1")
+    result = eddyq("status")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # The minute may have turned since the rows were written: the previous minute's then falls
+    # out of the last 1 minute.
+    default = next(line for line in lines if line.startswith("default")).split()
+    assert default[-2] in ("3/33/433", "1/33/433") and default[-1] in ("1/1/6", "0/1/6")
+    assert next(line for line in lines if line.startswith("idle")).split()[-2:] == [
+        "0/0/0",
+        "0/0/0",
+    ]
+    data = json.loads(eddyq("status", "--json").stdout)
+    [queue] = [queue for queue in data["queues"] if queue["name"] == "default"]
+    assert set(queue["completed_recently"]) == {"1m", "5m", "15m"}
+    assert set(queue["failed_recently"]) == {"1m", "5m", "15m"}
+    assert queue["completed_recently"]["15m"] >= 33
 
 
 def test_status_exits_1_without_a_running_worker_or_a_leader(eddyq: Any) -> None:

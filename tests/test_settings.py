@@ -144,6 +144,8 @@ PARSED_DEFAULTS: dict[str, object] = {
     "QUEUE_CLEANER_INTERVAL": timedelta(hours=1),
     "QUEUE_RETENTION": timedelta(hours=24),
     "WORKER_RETENTION": timedelta(hours=24),
+    "ACTIVITY_SAMPLE_INTERVAL": timedelta(minutes=1),
+    "ACTIVITY_RETENTION": timedelta(days=8),
     "REINDEX_SCHEDULE": "0 0 * * *",
     "REINDEX_INDEXES": (
         "eddyq_jobs_claim_idx",
@@ -230,7 +232,13 @@ def test_configured_values() -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["RESCUE_INTERVAL", "SCHEDULER_INTERVAL", "CLEANER_INTERVAL", "QUEUE_CLEANER_INTERVAL"],
+    [
+        "RESCUE_INTERVAL",
+        "SCHEDULER_INTERVAL",
+        "CLEANER_INTERVAL",
+        "QUEUE_CLEANER_INTERVAL",
+        "ACTIVITY_SAMPLE_INTERVAL",
+    ],
 )
 @pytest.mark.parametrize("off", [None, 0, "0", "0s", timedelta(0)])
 def test_service_interval_of_none_or_zero_turns_the_service_off(key: str, off: object) -> None:

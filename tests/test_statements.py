@@ -192,6 +192,17 @@ def metrics() -> Rendered:
     yield "sql.METRICS_READ_SETTINGS", sql.METRICS_READ_SETTINGS
 
 
+def activity() -> Rendered:
+    for name in (
+        "SAMPLE_QUEUE_DEPTH",
+        "FOLD_ACTIVITY_HOUR",
+        "DELETE_OLD_ACTIVITY",
+        "ACTIVITY_SERIES",
+        "RECENT_ACTIVITY",
+    ):
+        yield f"sql.{name}", getattr(sql, name)
+
+
 def listen() -> Rendered:
     for name in ("JOBS_CHANNEL", "SCHEDULED_CHANNEL", "CONTROL_CHANNEL", "LEADER_CHANNEL"):
         statement = psql.SQL(sql.LISTEN).format(channel=psql.Identifier(getattr(sql, name)))
@@ -211,6 +222,7 @@ def rendered() -> list[tuple[str, str]]:
         *inspection(),
         *health(),
         *metrics(),
+        *activity(),
     ]
 
 

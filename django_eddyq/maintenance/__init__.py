@@ -1,5 +1,6 @@
 """Maintenance services: exactly one process at a time runs them, the elected leader."""
 
+from django_eddyq.maintenance.activity import ActivitySampler
 from django_eddyq.maintenance.cleaner import Cleaner
 from django_eddyq.maintenance.periodic import PeriodicEnqueuer
 from django_eddyq.maintenance.queue_cleaner import QueueCleaner
@@ -9,6 +10,7 @@ from django_eddyq.maintenance.scheduler import Scheduler
 from django_eddyq.maintenance.service import Service
 
 __all__ = [
+    "ActivitySampler",
     "Cleaner",
     "PeriodicEnqueuer",
     "QueueCleaner",
@@ -22,4 +24,12 @@ __all__ = [
 
 def all_services() -> list[Service]:
     """A new instance of every maintenance service, in the order a pass runs them."""
-    return [Rescuer(), Scheduler(), PeriodicEnqueuer(), Cleaner(), QueueCleaner(), Reindexer()]
+    return [
+        Rescuer(),
+        Scheduler(),
+        PeriodicEnqueuer(),
+        Cleaner(),
+        QueueCleaner(),
+        Reindexer(),
+        ActivitySampler(),
+    ]

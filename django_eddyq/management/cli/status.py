@@ -2,7 +2,8 @@
 
 Every read is bounded whatever the size of the tables: the jobs per queue and state are the
 Prometheus gauges' one statement (``metrics.read_gauges``: exact up to a bound, estimated past
-it), the leader and the workers come from their own small tables.
+it), the jobs completed and failed lately from the activity counters (``activity.recent_counts``:
+the rows of the last 16 minutes), the leader and the workers from their own small tables.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_eddyq import inspection, metrics, sql
+from django_eddyq import activity, inspection, metrics, sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.management.cli.output import NOTHING, OK, ago, cell, table, to_json
 from django_eddyq.models import WorkerProcess
@@ -45,6 +46,9 @@ class QueueStatus:
     jobs: dict[str, int]
     estimated: list[str]
     oldest_due_seconds: float | None
+    # Jobs completed and failed within the last 1, 5 and 15 minutes, keyed "1m", "5m", "15m".
+    completed_recently: dict[str, int]
+    failed_recently: dict[str, int]
 
 
 @dataclass
@@ -70,6 +74,11 @@ def read_status() -> Status:
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.DATABASE_NOW)
         (now,) = cursor.fetchone()
+    recent = activity.recent_counts(using=alias)
+    nothing = activity.RecentCounts(
+        completed=dict.fromkeys(activity.RECENT_MINUTES, 0),
+        failed=dict.fromkeys(activity.RECENT_MINUTES, 0),
+    )
     queues = [
         QueueStatus(
             name=name,
@@ -80,6 +89,8 @@ def read_status() -> Status:
             },
             estimated=sorted(state for queue, state in gauges.estimated if queue == name),
             oldest_due_seconds=gauges.latency.get(name) or None,
+            completed_recently=_by_window(recent.get(name, nothing).completed),
+            failed_recently=_by_window(recent.get(name, nothing).failed),
         )
         for name in sorted(gauges.paused)
     ]
@@ -127,6 +138,15 @@ def read_status() -> Status:
     return status
 
 
+def _by_window(counts: dict[int, int]) -> dict[str, int]:
+    return {f"{minutes}m": count for minutes, count in counts.items()}
+
+
+def _recently(counts: dict[str, int]) -> str:
+    """ "3/12/40": the counts of the last 1, 5 and 15 minutes."""
+    return "/".join(f"{count:,}" for count in counts.values())
+
+
 def as_data(status: Status) -> dict[str, Any]:
     return {
         "database": status.database,
@@ -153,15 +173,34 @@ def render(status: Status) -> str:
                 f"≈{queue.jobs[state]:,}" if state in queue.estimated else queue.jobs[state]
                 for state in SHOWN_STATES
             ]
-            rows.append([queue.name, queue.paused, *counts, ago(queue.oldest_due_seconds)])
+            rows.append(
+                [
+                    queue.name,
+                    queue.paused,
+                    *counts,
+                    ago(queue.oldest_due_seconds),
+                    _recently(queue.completed_recently),
+                    _recently(queue.failed_recently),
+                ]
+            )
         lines.append(
             table(
-                ["QUEUE", "PAUSED", *(state.value.upper() for state in SHOWN_STATES), "OLDEST DUE"],
+                [
+                    "QUEUE",
+                    "PAUSED",
+                    *(state.value.upper() for state in SHOWN_STATES),
+                    "OLDEST DUE",
+                    "COMPLETED 1/5/15M",
+                    "FAILED 1/5/15M",
+                ],
                 rows,
             )
         )
         if any(queue.estimated for queue in status.queues):
             lines.append("≈ estimated: more jobs than are counted exactly")
+        lines.append(
+            "COMPLETED and FAILED 1/5/15M: jobs finished within the last 1, 5 and 15 minutes"
+        )
     else:
         lines.append("No queues yet.")
     lines.append("")
