@@ -110,12 +110,13 @@ def test_cancelling_the_last_job_completes_the_batch() -> None:
 
 
 def test_batch_jobs_finishing_at_the_same_instant_fire_the_callback_once() -> None:
-    """Two workers end the batch's last two jobs in concurrent transactions."""
+    """Two workers end the batch's last two jobs in concurrent transactions (two workers, not
+    one: a worker's passes, which count into its own activity row, never overlap)."""
     with django_eddyq.batch(on_complete=jobs.echo) as b:
         first, second = jobs.add.enqueue_many([(1, 1), (2, 2)])
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE eddyq_jobs SET state = 'running', attempt = 1, locked_by = 'w' "
+            "UPDATE eddyq_jobs SET state = 'running', attempt = 1, locked_by = 'w' || id "
             "WHERE batch_id = %s",
             [b.pk],
         )
@@ -127,7 +128,7 @@ def test_batch_jobs_finishing_at_the_same_instant_fire_the_callback_once() -> No
             cursor.execute(
                 sql.FINISH_JOBS,
                 {
-                    "worker_id": "w",
+                    "worker_id": f"w{job.pk}",
                     "outcomes": json.dumps([{"id": job.pk, "attempt": 1, "state": "completed"}]),
                 },
             )
