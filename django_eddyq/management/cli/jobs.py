@@ -77,7 +77,7 @@ def render(data: dict[str, Any]) -> str:
     fields += [
         ("finished", cell(data["finalized_at"])),
         ("deleted by retention", deletion),
-        ("batch", cell(data["batch_id"])),
+        ("batch", cell(None if data["batch_id"] is None else str(data["batch_id"]))),
         ("unique key", cell(data["unique_key"])),
         ("args", stored(data["args"])),
         ("kwargs", stored(data["kwargs"])),
@@ -167,7 +167,7 @@ def list_jobs(stdout: Any, stderr: Any, selection: JobFilter, *, limit: int, as_
             ["ID", "TASK", "STATE", "QUEUE", "ATTEMPT", "CREATED", "FINISHED", "LAST ERROR"],
             [
                 [
-                    row["id"],
+                    str(row["id"]),  # as typed back: no thousands separators
                     row["task"],
                     row["state"]
                     + (
