@@ -26,6 +26,8 @@ from django_eddyq.vocabulary import JobState
 
 #: Jobs changed per batch, each batch in a transaction of its own.
 BATCH_SIZE = 1000
+#: Jobs read per batch of a dry run: it locks and writes nothing, so its batches may be larger.
+DRY_RUN_BATCH_SIZE = 10_000
 #: A batch aims to take no longer than this: the id range it scans shrinks past it.
 BATCH_SECONDS = 0.5
 #: The widest id range one batch scans for matching jobs.
@@ -121,8 +123,8 @@ def _walk(
     after: int = 0,
     end: int | None = None,
 ) -> BulkResult:
-    """Walk the jobs of ``selection`` in id order, ``batch_size`` at most at a time, each batch
-    in its own short transaction: its jobs are selected and locked in id order, then changed by
+    """Walk the jobs of ``selection`` in id order, ``batch_size`` at most at a time (a dry run:
+    ``DRY_RUN_BATCH_SIZE`` at least), each batch in its own short transaction: its jobs are selected and locked in id order, then changed by
     the operation's one statement, which applies the same rule as for a single job.
 
     A batch scans an id range, not the whole table: widened while the jobs it finds are few
@@ -134,6 +136,8 @@ def _walk(
     """
     if not 1 <= batch_size <= 100_000:
         raise ValueError("batch_size: give 1 to 100,000 jobs")
+    if dry_run:
+        batch_size = max(batch_size, DRY_RUN_BATCH_SIZE)
     alias = eddyq_settings.DATABASE
     jobs = selection.apply(Job.objects.using(alias)).order_by("pk")
     if end is None:

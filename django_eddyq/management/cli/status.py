@@ -33,6 +33,9 @@ SHOWN_STATES = (
 )
 #: Workers listed, at most (those running first, then the lost).
 WORKER_LIMIT = 50
+#: How long the jobs' read may take: longer than a scrape's, as an operator would rather wait
+#: for a cold cache (a server just started, a table just restored) than be told nothing.
+READ_TIMEOUT_SECONDS = 30.0
 
 
 class DatabaseUnreadable(Exception):
@@ -68,7 +71,7 @@ class Status:
 
 def read_status() -> Status:
     alias = eddyq_settings.DATABASE
-    gauges = metrics.read_gauges(alias)
+    gauges = metrics.read_gauges(alias, timeout=READ_TIMEOUT_SECONDS)
     if not gauges.ok:
         raise DatabaseUnreadable(gauges.error or "the read failed")
     with connections[alias].cursor() as cursor:
