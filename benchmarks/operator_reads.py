@@ -3,8 +3,7 @@
     python benchmarks/operator_reads.py [--jobs 1000000] [--runs 5] [--rebuild]
 
 Uses the table ``benchmarks/admin_changelist.py`` fills (a database of its own,
-``eddyq_bench_admin``, refilled only when stale), with a few per-minute activity rows and
-periodic schedules beside it. Each read subcommand runs in this process through
+``eddyq_bench_admin``, refilled only when stale). Each read subcommand runs in this process through
 ``call_command``, as ``manage.py`` runs it once Django has started: it prints per subcommand the
 median and slowest time of ``--runs`` runs (after one to warm up) and the number of SQL queries.
 The target is under a second each.
