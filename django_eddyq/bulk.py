@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
+from psycopg import errors
 
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
@@ -32,6 +33,8 @@ DRY_RUN_BATCH_SIZE = 10_000
 BATCH_SECONDS = 0.5
 #: The widest id range one batch scans for matching jobs.
 MAX_SPAN = 200_000
+#: How many times a batch that deadlocked with a worker is tried, in all.
+DEADLOCK_ATTEMPTS = 3
 #: How many ids a result keeps as a sample of the jobs changed.
 SAMPLE_SIZE = 10
 
@@ -124,8 +127,9 @@ def _walk(
     end: int | None = None,
 ) -> BulkResult:
     """Walk the jobs of ``selection`` in id order, ``batch_size`` at most at a time (a dry run:
-    ``DRY_RUN_BATCH_SIZE`` at least), each batch in its own short transaction: its jobs are selected and locked in id order, then changed by
-    the operation's one statement, which applies the same rule as for a single job.
+    ``DRY_RUN_BATCH_SIZE`` at least), each batch in its own short transaction: its jobs are
+    selected and locked in id order, then changed by the operation's one statement, which
+    applies the same rule as for a single job; a batch that deadlocked is done again.
 
     A batch scans an id range, not the whole table: widened while the jobs it finds are few
     and quick to read, narrowed when a batch takes longer than ``BATCH_SECONDS``; so no batch
@@ -154,18 +158,29 @@ def _walk(
         upto = min(result.after + span, result.end)
         batch_started = time.monotonic()
         window = jobs.filter(pk__gt=result.after, pk__lte=upto)
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            if dry_run:
-                ids = list(window.values_list("pk", flat=True)[:batch_size])
-                cursor.execute(would_change, {"ids": ids})
-                changed = [ChangedJob(*row[:3]) for row in cursor.fetchall()]
-            else:
-                # Locked as selected, in id order: the filter still holds as they change.
-                locked = window.select_for_update().values_list("pk", flat=True)
-                ids = list(locked[:batch_size])
-                changed = change(cursor, ids) if ids else []
-                if on_batch is not None and changed:
-                    on_batch(changed)
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                    if dry_run:
+                        ids = list(window.values_list("pk", flat=True)[:batch_size])
+                        cursor.execute(would_change, {"ids": ids})
+                        changed = [ChangedJob(*row[:3]) for row in cursor.fetchall()]
+                    else:
+                        # Locked as selected, in id order: the filter still holds as they
+                        # change.
+                        locked = window.select_for_update().values_list("pk", flat=True)
+                        ids = list(locked[:batch_size])
+                        changed = change(cursor, ids) if ids else []
+                        if on_batch is not None and changed:
+                            on_batch(changed)
+                break
+            except OperationalError as error:
+                # A worker finishing a job of the batch as it is locked can deadlock with it
+                # (its finish locks in its own order); PostgreSQL rolls one side back, and
+                # when it is this one, the batch is done again.
+                deadlock = isinstance(error.__cause__, errors.DeadlockDetected)
+                if not deadlock or attempt == DEADLOCK_ATTEMPTS:
+                    raise
         result.matched += len(ids)
         result.changed += len(changed)
         if operation == "cancel":

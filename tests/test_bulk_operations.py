@@ -4,6 +4,7 @@ notifications and batch completions the single operations owe."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import psycopg
@@ -11,11 +12,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_eddyq import bulk
+from django_eddyq import bulk, db
 from django_eddyq.models import Batch, Job
 from django_eddyq.operations import ChangedJob
 from django_eddyq.selection import JobFilter
 from tests.factories import BatchFactory, JobFactory
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -232,3 +234,46 @@ def test_expired_jobs_are_out_of_sight() -> None:
 def test_a_bad_batch_size_is_refused() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         bulk.retry_jobs(ALL, batch_size=0)
+
+
+def bulk_waits_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            ["SELECT %"],
+        )
+        return cursor.fetchone() is not None
+
+
+def test_a_batch_that_deadlocks_with_a_worker_is_done_again() -> None:
+    """A worker finishes two running jobs, locking the second, then the first; the bulk cancel
+    locks the first, then waits for the second: PostgreSQL breaks the deadlock by rolling the
+    bulk's batch back (it waited first), and the batch is done again once the worker is done."""
+    first, second = (
+        JobFactory(state=Job.State.RUNNING, attempt=1, locked_by="w-1") for _ in range(2)
+    )
+    results: list[bulk.BulkResult | BaseException] = []
+
+    def cancel() -> None:
+        try:
+            results.append(bulk.cancel_jobs(JobFilter(ids=(first.pk, second.pk))))
+        except BaseException as error:
+            results.append(error)
+        finally:
+            connection.close()
+
+    finish = "UPDATE eddyq_jobs SET state = 'completed', finalized_at = now() WHERE id = %s"
+    with db.connect() as worker, worker.transaction():
+        worker.execute(finish, [second.pk])
+        thread = threading.Thread(target=cancel)
+        thread.start()
+        wait_for(bulk_waits_for_a_lock, 10)
+        worker.execute(finish, [first.pk])  # waits for the bulk's lock, until it rolls back
+    thread.join(30)
+    [result] = results
+    assert isinstance(result, bulk.BulkResult), result
+    assert (result.matched, result.changed) == (2, 0)  # finished meanwhile: nothing to cancel
+    assert {job.state for job in Job.all_objects.filter(pk__in=[first.pk, second.pk])} == {
+        "completed"
+    }
