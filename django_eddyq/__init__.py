@@ -25,6 +25,7 @@ __all__ = [
     "resume_queue",
     "run_periodic_now",
     "set_periodic_enabled",
+    "set_queue_limits",
     "task",
 ]
 
@@ -37,6 +38,7 @@ _LAZY = {
     "periodic_schedules": "django_eddyq.maintenance.periodic",
     "run_periodic_now": "django_eddyq.maintenance.periodic",
     "set_periodic_enabled": "django_eddyq.maintenance.periodic",
+    "set_queue_limits": "django_eddyq.queues",
 }
 
 

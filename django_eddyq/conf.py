@@ -24,6 +24,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_eddyq.durations import parse_duration
+from django_eddyq.limits import QueueLimits
 from django_eddyq.vocabulary import QUEUE_NAME_RULE, TERMINAL_STATES, is_positive_int, is_queue_name
 
 ENV_PREFIX = "EDDYQ_"
@@ -181,6 +182,22 @@ def _dotted_path_or_none(value: object, source: str) -> str | None:
     if not isinstance(value, str) or "." not in value or not _MODULE_NAME.fullmatch(value):
         raise ValueError(f"{source}: {value!r} is not a dotted path (like 'myapp.codecs.codec')")
     return value
+
+
+def _queues(value: object, source: str) -> dict[str, QueueLimits]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{source}: {value!r} is not a dict of queue names to dicts of limits")
+    limits = {}
+    for name, options in value.items():
+        if not is_queue_name(name):
+            raise ValueError(f"{source}: {name!r} is not a queue name ({QUEUE_NAME_RULE})")
+        if not isinstance(options, Mapping):
+            raise ValueError(f"{source}[{name!r}]: {options!r} is not a dict of limits")
+        try:
+            limits[name] = QueueLimits.from_options(options)
+        except ValueError as error:
+            raise ValueError(f"{source}[{name!r}]: {error}") from None
+    return limits
 
 
 def _periodic(value: object, source: str) -> dict[str, dict[str, object]]:
@@ -364,6 +381,7 @@ class EddyqSettings:
     LEADER_LEASE = Setting("30s", _positive_duration)
     LEADER_RENEW_INTERVAL = Setting("10s", _positive_duration)
     PERIODIC = Setting({}, _periodic, from_environment=None)
+    QUEUES = Setting({}, _queues, from_environment=None)
     TASK_MODULES = Setting((), _module_names, from_environment=_comma_separated)
     METRICS = Setting(False, _bool, from_environment=_bool_text)
     ARGUMENT_CODEC = Setting(None, _dotted_path_or_none, from_environment=_text_or_none)
@@ -401,7 +419,7 @@ DEFAULTS: Mapping[str, object] = MappingProxyType(
 ENVIRONMENT_VARIABLES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {setting.key: setting.environment_variables() for setting in SETTINGS}
 )
-"""The environment variables of each key (none for PERIODIC)."""
+"""The environment variables of each key (none for PERIODIC and QUEUES)."""
 
 eddyq_settings = EddyqSettings()
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from asgiref.sync import sync_to_async
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
@@ -302,6 +302,16 @@ class Queue(models.Model):
     created_at = models.DateTimeField(_("created at"), db_default=Now())
     updated_at = models.DateTimeField(_("updated at"), db_default=Now())
     metadata = ExactJSONField(_("metadata"), default=dict)
+    # Flow control (``limits.py``), across every worker; enforced by the claim.
+    concurrency = models.IntegerField(
+        _("concurrency"),
+        null=True,
+        blank=True,
+        help_text=_("At most this many of the queue's jobs run at once, on all workers."),
+    )
+    rate_limit = models.IntegerField(_("rate: jobs"), null=True, blank=True)
+    rate_period = models.FloatField(_("rate: period in seconds"), null=True, blank=True)
+    rate_burst = models.IntegerField(_("rate: burst"), null=True, blank=True)
 
     objects = QueueDatabaseManager()
 
@@ -310,6 +320,29 @@ class Queue(models.Model):
         verbose_name = _("queue")
         verbose_name_plural = _("queues")
         ordering: ClassVar[list[str]] = ["name"]
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            # The claim divides by the period and trusts these: a row cannot hold others.
+            models.CheckConstraint(
+                condition=Q(concurrency__isnull=True) | Q(concurrency__gte=1),
+                name="eddyq_queues_concurrency_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(rate_limit__isnull=True, rate_period__isnull=True, rate_burst__isnull=True)
+                    | Q(
+                        # A NULL beside the others would make the check unknown, which passes.
+                        rate_limit__isnull=False,
+                        rate_period__isnull=False,
+                        rate_burst__isnull=False,
+                        rate_limit__gte=1,
+                        rate_period__gt=0,
+                        rate_burst__gte=1,
+                        rate_burst__lte=F("rate_limit"),
+                    )
+                ),
+                name="eddyq_queues_rate_valid",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -329,6 +362,27 @@ class Queue(models.Model):
         operations.set_queue_paused(self.name, paused=False)
         self.refresh_from_db(fields=["paused_at"])
         return self
+
+
+class RateBucket(models.Model):
+    """A rate limit's token bucket, as the last claim under that limit left it: ``tokens``
+    left at ``refilled_at`` (the database's clock). Written only by claims, under the limit's
+    advisory lock: a table of its own, so that no other writer of the queue's row (an enqueue
+    touches it in its own transaction) ever holds up a claim. No row: a full bucket."""
+
+    name = models.CharField(_("limit"), max_length=200, primary_key=True)
+    tokens = models.FloatField(_("tokens"))
+    refilled_at = models.DateTimeField(_("counted at"))
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "eddyq_rate_buckets"
+        verbose_name = _("rate bucket")
+        verbose_name_plural = _("rate buckets")
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.tokens:g} tokens"
 
 
 class WorkerProcess(models.Model):

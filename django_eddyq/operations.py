@@ -15,6 +15,7 @@ from django_eddyq import sql
 from django_eddyq.arguments import loads
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
+from django_eddyq.limits import QueueLimits, Rate, parse_rate, validate_concurrency
 from django_eddyq.retention import parse_retention
 from django_eddyq.vocabulary import (
     TERMINAL_STATES,
@@ -93,6 +94,54 @@ def set_queue_paused(name: str, *, paused: bool) -> None:
         cursor.execute(sql.SET_QUEUE_PAUSED, {"name": name, "paused": paused})
         if not paused:
             cursor.execute(sql.NOTIFY_QUEUE, {"name": name})
+
+
+def set_queue_limits(
+    name: str,
+    *,
+    concurrency: int | None = None,
+    rate: str | Rate | None = None,
+    burst: int | None = None,
+) -> QueueLimits:
+    """Limit the queue ``name`` across every worker: at most ``concurrency`` of its jobs
+    running, at most ``rate`` ("100/m") started per period, ``burst`` at once at most (by
+    default a second's worth of the rate); None lifts a limit. Its row is created if needed;
+    workers follow within a poll interval, without restarting. Returns the limits set.
+    ValueError names what is wrong, and nothing is changed."""
+    validate_queue_name(name)
+    if rate is None and burst is not None:
+        raise ValueError("burst is given without a rate")
+    limits = QueueLimits(
+        concurrency=validate_concurrency(concurrency),
+        rate=None if rate is None else parse_rate(rate, burst),
+    )
+    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(
+            sql.SET_QUEUE_LIMITS,
+            {
+                "name": name,
+                "concurrency": limits.concurrency,
+                "rate_limit": limits.rate.limit if limits.rate else None,
+                "rate_period": limits.rate.period_seconds if limits.rate else None,
+                "rate_burst": limits.rate.burst if limits.rate else None,
+            },
+        )
+        # A raised limit lets idle workers take more at once.
+        cursor.execute(sql.NOTIFY_QUEUE, {"name": name})
+    return limits
+
+
+def apply_configured_limits() -> None:
+    """Set the limits of the queues of ``EDDYQ["QUEUES"]`` as configured (a worker does it as
+    it starts: what the settings say wins over a change made at run time, at the next
+    deployment)."""
+    for name, limits in eddyq_settings.QUEUES.items():
+        set_queue_limits(
+            name,
+            concurrency=limits.concurrency,
+            rate=limits.rate,
+            burst=limits.rate.burst if limits.rate else None,
+        )
 
 
 def complete_batches(cursor: Any, batch_ids: Sequence[int]) -> list[int]:

@@ -235,9 +235,16 @@ WHERE name IN (
 )
 """
 
+# The queues a plain claim leaves alone: the paused ones, and the limited ones, whose jobs only
+# the limited claim takes. A limit is seen here, by every worker, as soon as it is committed.
+_HELD_BACK_QUEUES = """SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL"""
+
 # The attempt is capped so that a row written with the largest integer runs (and fails) once
 # more, instead of making every claim that meets it fail.
-# Paused queues are left out by NOT IN, which stays a filter on a hash of the paused queues'
+# Paused (and limited) queues are left out by NOT IN, which stays a filter on a hash of their
 # names, applied to the claim index's ordered scan: the first jobs found are the ones taken.
 # (NOT EXISTS becomes an anti-join, which the planner expects to leave almost no jobs once it
 # knows eddyq_queues holds every queue; it then read and sorted every available job at each
@@ -247,7 +254,7 @@ _CLAIM = """
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' {queue_filter}
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN ({held_back_queues})
     ORDER BY priority DESC, run_at, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
@@ -268,6 +275,14 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 """
 
 
+def _queue_filter(queues: Sequence[str] | None) -> str:
+    if queues is None:
+        return ""
+    if len(queues) == 1:
+        return "AND queue = (%(queues)s::text[])[1]"
+    return "AND queue = ANY(%(queues)s::text[])"
+
+
 def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
     """The claim of up to ``limit`` jobs from ``queues`` (sent as ``%(queues)s``), or from any
     queue when ``queues`` is None.
@@ -278,13 +293,125 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
     limit is then a statement of its own, planned once. One queue is an equality, which the
     queue index answers in claim order.
     """
-    if queues is None:
-        queue_filter = ""
-    elif len(queues) == 1:
-        queue_filter = "AND queue = (%(queues)s::text[])[1]"
-    else:
-        queue_filter = "AND queue = ANY(%(queues)s::text[])"
-    return _CLAIM.format(queue_filter=queue_filter, limit=int(limit))
+    return _CLAIM.format(
+        queue_filter=_queue_filter(queues), held_back_queues=_HELD_BACK_QUEUES, limit=int(limit)
+    )
+
+
+# Flow control (limits.py, docs/flow-control.md). The limits a queue's row holds are enforced by
+# the limited claim, which a worker sends, after LOCK_LIMITS, while any of its queues has one.
+
+# The queues with a limit, which a worker reads now and then to know whether to send the
+# limited claim; the plain claim leaves them alone whatever the worker knows.
+LIMITED_QUEUES = """
+SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL
+"""
+
+# One claim at a time per limited queue, on every worker: a transaction-scoped advisory lock per
+# queue (never a row lock, which an enqueue's touch of the queue's row may hold for as long as
+# its transaction lasts), taken in name order so that two claims never deadlock. Sent before
+# the limited claim, in the same transaction, so that the claim's snapshot, taken after the
+# locks, sees every claim committed before it.
+# 1701078137 is "eddy" in ASCII: the space of flow control's advisory locks.
+LOCK_LIMITS = """
+SELECT count(pg_advisory_xact_lock(1701078137, hashtext(name)))
+FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limited
+"""
+
+# Claims up to {limit} jobs: first from the limited queues (%(limited)s), as many as each allows
+# (its concurrency less its running jobs, the whole tokens left in its rate's bucket), then from
+# the other queues the plain claim would take from, up to {limit} in all. A rate's bucket is
+# refilled by the time elapsed since the last claim took from it, counted by the clock at the
+# claim (clock_timestamp(), after the locks: transaction times may run backwards between two
+# claims), and written back less the jobs taken.
+_LIMITED_CLAIM = """
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens,
+           GREATEST(
+               LEAST(
+                   {limit},
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT {limit}
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' {queue_filter}
+      AND queue NOT IN ({held_back_queues})
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+        attempt = LEAST(job.attempt, 2147483646) + 1,
+        attempted_at = now(),
+        attempted_by = %(worker_id)s,
+        heartbeat_at = now(),
+        locked_by = %(worker_id)s,
+        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
+    WHERE job.id = picked.id
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
+      ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+"""
+
+
+def limited_claim_statement(limit: int, queues: Sequence[str] | None) -> str:
+    """The claim of up to ``limit`` jobs when some of the worker's queues are limited (sent as
+    ``%(limited)s``, after ``LOCK_LIMITS``): see ``claim_statement`` for the rest."""
+    return _LIMITED_CLAIM.format(
+        queue_filter=_queue_filter(queues),
+        held_back_queues=_HELD_BACK_QUEUES,
+        limit=int(limit),
+    )
 
 
 # Sent before a claim from any queue, in its transaction, so that the claim is planned as it
@@ -298,6 +425,12 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
 # set_config(..., true) rather than SET LOCAL, which outside BEGIN (a pipeline's statements are
 # outside it) logs a WARNING on the server at every pass.
 CLAIM_WITHOUT_SORT = "SELECT set_config('enable_sort', 'off', true)"
+# The same for the limited claim, which sorts the few jobs its limited queues gave: the cost
+# that sort is then charged would have PostgreSQL compile the statement (JIT) at every pass,
+# far slower than running it.
+LIMITED_CLAIM_WITHOUT_SORT = (
+    "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
+)
 
 
 # The finish and the heartbeat test a job's state as (state = 'running') IS TRUE: written
@@ -730,13 +863,45 @@ WHERE last_seen_at
          AT TIME ZONE 'UTC'
 """
 
-# Queues not updated within QUEUE_RETENTION (%(period)s), except paused ones (deleting the row
-# would resume them) and those with unfinished jobs. The states are spelled as an OR so that
-# each arm can use the partial index made for it.
+# A queue's limits (limits.py), its row created if needed. A changed rate starts from a full
+# bucket (its row deleted); an unchanged one (a worker applying EDDYQ["QUEUES"] as it starts)
+# keeps the bucket it has.
+SET_QUEUE_LIMITS = """
+WITH previous AS (
+    SELECT rate_limit, rate_period, rate_burst FROM eddyq_queues WHERE name = %(name)s
+), limited AS (
+    INSERT INTO eddyq_queues AS queue (
+        name, created_at, updated_at, metadata, concurrency, rate_limit, rate_period, rate_burst
+    )
+    VALUES (
+        %(name)s, now(), now(), '{}'::jsonb, %(concurrency)s, %(rate_limit)s, %(rate_period)s,
+        %(rate_burst)s
+    )
+    ON CONFLICT (name) DO UPDATE
+    SET concurrency = EXCLUDED.concurrency,
+        rate_limit = EXCLUDED.rate_limit,
+        rate_period = EXCLUDED.rate_period,
+        rate_burst = EXCLUDED.rate_burst,
+        updated_at = now()
+)
+DELETE FROM eddyq_rate_buckets
+WHERE name = %(name)s
+  AND NOT EXISTS (
+      SELECT FROM previous
+      WHERE (rate_limit, rate_period, rate_burst) IS NOT DISTINCT FROM
+            (%(rate_limit)s::integer, %(rate_period)s::float8, %(rate_burst)s::integer)
+  )
+"""
+
+# Queues not updated within QUEUE_RETENTION (%(period)s), except paused or limited ones
+# (deleting the row would resume them, or lift their limits) and those with unfinished jobs.
+# The states are spelled as an OR so that each arm can use the partial index made for it.
 DELETE_STALE_QUEUES = """
 WITH stale AS (
     SELECT name FROM eddyq_queues AS stale_queue
     WHERE stale_queue.paused_at IS NULL
+      AND stale_queue.concurrency IS NULL
+      AND stale_queue.rate_limit IS NULL
       AND stale_queue.updated_at
           <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
              AT TIME ZONE 'UTC'

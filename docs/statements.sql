@@ -266,7 +266,10 @@ SELECT set_config('enable_sort', 'off', true)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' 
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -289,7 +292,10 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -312,7 +318,10 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -335,7 +344,10 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' 
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT 16
     FOR UPDATE SKIP LOCKED
@@ -358,7 +370,10 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT 16
     FOR UPDATE SKIP LOCKED
@@ -381,7 +396,10 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 WITH picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
-      AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT 16
     FOR UPDATE SKIP LOCKED
@@ -399,6 +417,259 @@ WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
+
+-- sql.LIMITED_QUEUES
+SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL OR rate_limit IS NOT NULL
+
+-- sql.LOCK_LIMITS
+SELECT count(pg_advisory_xact_lock(1701078137, hashtext(name)))
+FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limited
+
+-- sql.LIMITED_CLAIM_WITHOUT_SORT
+SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)
+
+-- sql.limited_claim_statement (limit 16, any queue)
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' 
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+        attempt = LEAST(job.attempt, 2147483646) + 1,
+        attempted_at = now(),
+        attempted_by = %(worker_id)s,
+        heartbeat_at = now(),
+        locked_by = %(worker_id)s,
+        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
+    WHERE job.id = picked.id
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
+      ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+
+-- sql.limited_claim_statement (limit 16, one queue)
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+        attempt = LEAST(job.attempt, 2147483646) + 1,
+        attempted_at = now(),
+        attempted_by = %(worker_id)s,
+        heartbeat_at = now(),
+        locked_by = %(worker_id)s,
+        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
+    WHERE job.id = picked.id
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
+      ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+
+-- sql.limited_claim_statement (limit 16, several queues)
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+        attempt = LEAST(job.attempt, 2147483646) + 1,
+        attempted_at = now(),
+        attempted_by = %(worker_id)s,
+        heartbeat_at = now(),
+        locked_by = %(worker_id)s,
+        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
+    WHERE job.id = picked.id
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
+      ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
 
 -- sql.FINISH_JOBS
 WITH outcome AS (
@@ -798,6 +1069,8 @@ SELECT count(*), max(finalized_at) FROM deleted
 WITH stale AS (
     SELECT name FROM eddyq_queues AS stale_queue
     WHERE stale_queue.paused_at IS NULL
+      AND stale_queue.concurrency IS NULL
+      AND stale_queue.rate_limit IS NULL
       AND stale_queue.updated_at
           <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
              AT TIME ZONE 'UTC'
@@ -874,6 +1147,32 @@ ON CONFLICT (name) DO UPDATE
 SET paused_at = CASE WHEN %(paused)s THEN COALESCE(eddyq_queues.paused_at, now()) END,
     updated_at = now()
 RETURNING name
+
+-- sql.SET_QUEUE_LIMITS
+WITH previous AS (
+    SELECT rate_limit, rate_period, rate_burst FROM eddyq_queues WHERE name = %(name)s
+), limited AS (
+    INSERT INTO eddyq_queues AS queue (
+        name, created_at, updated_at, metadata, concurrency, rate_limit, rate_period, rate_burst
+    )
+    VALUES (
+        %(name)s, now(), now(), '{}'::jsonb, %(concurrency)s, %(rate_limit)s, %(rate_period)s,
+        %(rate_burst)s
+    )
+    ON CONFLICT (name) DO UPDATE
+    SET concurrency = EXCLUDED.concurrency,
+        rate_limit = EXCLUDED.rate_limit,
+        rate_period = EXCLUDED.rate_period,
+        rate_burst = EXCLUDED.rate_burst,
+        updated_at = now()
+)
+DELETE FROM eddyq_rate_buckets
+WHERE name = %(name)s
+  AND NOT EXISTS (
+      SELECT FROM previous
+      WHERE (rate_limit, rate_period, rate_burst) IS NOT DISTINCT FROM
+            (%(rate_limit)s::integer, %(rate_period)s::float8, %(rate_burst)s::integer)
+  )
 
 -- sql.NOTIFY_QUEUE
 SELECT pg_notify('eddyq_jobs', %(name)s)

@@ -353,3 +353,23 @@ def hoards_memory(mib: int) -> int:
     """Keeps ``mib`` MiB of this process's memory, every page written, until it ends."""
     HOARD.append(b"x" * (mib * 1024 * 1024))
     return mib
+
+
+@task
+def overlap(seconds: float) -> None:
+    """Records its start and its end by the database's clock, each in a statement of its own
+    (committed at once): the flow-control tests compute how many runs overlapped."""
+    from django.db import connection
+
+    from django_eddyq import current_job
+
+    record = (
+        "INSERT INTO demo_execution (label, job_id, pid, created_at)"
+        " VALUES (%s, %s, %s, clock_timestamp())"
+    )
+    job = current_job()
+    job_id = job.id if job else None
+    with connection.cursor() as cursor:
+        cursor.execute(record, ["start", job_id, os.getpid()])
+        time.sleep(seconds)
+        cursor.execute(record, ["end", job_id, os.getpid()])

@@ -32,6 +32,7 @@ DOCUMENTED = {
         "resume_queue",
         "run_periodic_now",
         "set_periodic_enabled",
+        "set_queue_limits",
         "task",
     ],
     "django_eddyq.signals": [
@@ -93,6 +94,7 @@ MIGRATIONS = [
     "0008_worker_registry",
     "0009_periodic_controls",
     "0010_activity",
+    "0011_queue_limits",
 ]
 
 

@@ -156,6 +156,7 @@ PARSED_DEFAULTS: dict[str, object] = {
     "LEADER_LEASE": timedelta(seconds=30),
     "LEADER_RENEW_INTERVAL": timedelta(seconds=10),
     "PERIODIC": {},
+    "QUEUES": {},
     "TASK_MODULES": (),
     "ARGUMENT_CODEC": None,
     "METRICS": False,

@@ -82,6 +82,11 @@ def worker_pass() -> Rendered:
         for which, queues in CLAIM_QUEUES.items():
             statement = sql.claim_statement(limit, queues)
             yield f"sql.claim_statement (limit {limit}, {which})", statement
+    for name in ("LIMITED_QUEUES", "LOCK_LIMITS", "LIMITED_CLAIM_WITHOUT_SORT"):
+        yield f"sql.{name}", getattr(sql, name)
+    for which, queues in CLAIM_QUEUES.items():
+        statement = sql.limited_claim_statement(16, queues)
+        yield f"sql.limited_claim_statement (limit 16, {which})", statement
     for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS", "WORKER_SEEN", "WORKER_STOPPED"):
         yield f"sql.{name}", getattr(sql, name)
     for name in ("PROMOTE_DUE_ANY_QUEUE", "PROMOTE_DUE_FROM_QUEUES"):
@@ -153,6 +158,7 @@ def retention() -> Rendered:
 def queues_and_batches() -> Rendered:
     for name in (
         "SET_QUEUE_PAUSED",
+        "SET_QUEUE_LIMITS",
         "NOTIFY_QUEUE",
         "CANCEL_JOBS",
         "RETRY_JOBS",

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -41,10 +43,13 @@ class Pass:
     touch: list[str]  # the queues whose rows to keep fresh for the queue cleaner
     seen: dict[str, Any] | None = None  # the worker's row in the registry, when it is due
 
+    read_limits: bool = False  # read which queues are limited (``sql.LIMITED_QUEUES``)
+
     written: set[int] = dataclasses.field(default_factory=set)  # outcomes stored
     renewed: list[tuple[int, bool]] = dataclasses.field(default_factory=list)  # (id, cancelled)
     claimed: list[ClaimedJob] = dataclasses.field(default_factory=list)
     changed: int = 0  # rows written: outcomes stored, jobs promoted and claimed
+    limited_queues: list[str] | None = None  # the queues with a limit, when read
 
     @property
     def ended_batches(self) -> list[int]:
@@ -76,16 +81,22 @@ def run_pass(
     worker_id: str,
     lease_seconds: float,
     queues: Sequence[str] | None,
+    limited: Sequence[str] = (),
 ) -> Pass:
     """Run ``planned`` on ``connection`` in one transaction and fill in what it returned.
+
+    ``limited``: the worker's queues that have a limit, as last read; while there are any, the
+    claim is the limited one (``sql.limited_claim_statement``), after their locks.
 
     The statements go out together, in pipeline mode: between two syncs they are one implicit
     transaction, so one round trip and one commit serve them all, and an error in any of them
     rolls all of them back.
     """
     ended_batches = planned.ended_batches
-    finish = heartbeat = promote = claim = None
+    finish = heartbeat = promote = claim = limits = None
     with connection.pipeline():
+        if planned.read_limits:
+            limits = connection.execute(sql.LIMITED_QUEUES)
         if planned.outcomes:
             finish = connection.execute(
                 sql.FINISH_JOBS,
@@ -107,17 +118,26 @@ def run_pass(
             )
             promote = connection.execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
         if planned.claim:
-            if queues is None:
-                connection.execute(sql.CLAIM_WITHOUT_SORT)
-            claim = connection.execute(
-                sql.claim_statement(planned.claim, queues),
-                {"queues": queues, "worker_id": worker_id, "lease_seconds": lease_seconds},
-            )
+            claimer = {"queues": queues, "worker_id": worker_id, "lease_seconds": lease_seconds}
+            if limited:
+                connection.execute(sql.LOCK_LIMITS, {"limited": limited})
+                if queues is None:
+                    connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
+                claim = connection.execute(
+                    sql.limited_claim_statement(planned.claim, queues),
+                    {**claimer, "limited": limited},
+                )
+            else:
+                if queues is None:
+                    connection.execute(sql.CLAIM_WITHOUT_SORT)
+                claim = connection.execute(sql.claim_statement(planned.claim, queues), claimer)
         if planned.touch:
             connection.execute(sql.TOUCH_QUEUES, {"queues": planned.touch})
         if planned.seen:
             connection.execute(sql.WORKER_SEEN, planned.seen)
     # Out of pipeline mode: synced, committed, every result in.
+    if limits is not None:
+        planned.limited_queues = [row[0] for row in limits.fetchall()]
     if finish is not None:
         planned.written = {row[0] for row in finish.fetchall()}
         planned.changed += len(planned.written)
@@ -150,6 +170,9 @@ class PassRunner:
         self.queues = queues
         self._wake = wake  # the worker's: a pass has ended
         self.connection: psycopg.Connection[tuple[Any, ...]] | None = None
+        # Which of the worker's queues have a limit, as last read, and when (monotonic).
+        self.limited: list[str] = []
+        self._limits_read_at = -math.inf
         self._sent: queue.SimpleQueue[tuple[Pass, Future[Pass]] | None] = queue.SimpleQueue()
         # The pass sent and not yet taken back, with its result.
         self.in_flight: tuple[Pass, Future[Pass]] | None = None
@@ -208,13 +231,25 @@ class PassRunner:
 
     def run(self, planned: Pass) -> Pass:
         assert self.connection is not None
-        return run_pass(
+        now = time.monotonic()
+        # A limit set or lifted reaches the worker within a poll interval; the plain claim
+        # leaves a limited queue alone from the moment its limit is committed.
+        if now - self._limits_read_at >= eddyq_settings.POLL_INTERVAL.total_seconds():
+            planned.read_limits = True
+        done = run_pass(
             self.connection,
             planned,
             worker_id=self.worker_id,
             lease_seconds=eddyq_settings.STALE_AFTER.total_seconds(),
             queues=self.queues,
+            limited=self.limited,
         )
+        if done.limited_queues is not None:
+            self._limits_read_at = now
+            self.limited = [
+                name for name in done.limited_queues if self.queues is None or name in self.queues
+            ]
+        return done
 
     def hand_back_strays(self, known: list[int]) -> None:
         """Jobs running under this worker's id that it does not know of (claimed by a pass

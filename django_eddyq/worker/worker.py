@@ -29,6 +29,7 @@ from django_eddyq.election import Elector
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE, PERSISTENT_OUTAGE_SECONDS, Loop
 from django_eddyq.listener import Listener
 from django_eddyq.maintenance import Rescuer, all_services
+from django_eddyq.operations import apply_configured_limits
 from django_eddyq.signals import send, worker_started, worker_stopping
 from django_eddyq.vocabulary import validate_queue_name
 from django_eddyq.worker.execution import RunningJob
@@ -126,6 +127,8 @@ class Worker(Loop):
     def on_start(self) -> None:
         registry.discover()
         self._runner.connect()
+        if eddyq_settings.QUEUES:
+            apply_configured_limits()
         if eddyq_settings.RECOVER_STALE_ON_START:
             self._recover_stale()
         listener = Listener() if eddyq_settings.LISTEN_NOTIFY else None

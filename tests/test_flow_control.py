@@ -1,0 +1,334 @@
+"""Flow control: a queue's global concurrency and rate, as written (settings, API), as the claim
+enforces them (the worker's own pass against real PostgreSQL), and across real worker
+processes (the overlap of runs, computed from what the handlers recorded in the database)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import IntegrityError, connection
+from django.test import override_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_eddyq import set_queue_limits
+from django_eddyq.conf import InvalidSettingError, eddyq_settings
+from django_eddyq.limits import QueueLimits, Rate, parse_rate
+from django_eddyq.models import Job, Queue, RateBucket
+from django_eddyq.operations import apply_configured_limits, set_queue_paused
+from django_eddyq.worker.passes import Pass, PassRunner, connect, run_pass
+from tests import jobs
+from tests.factories import JobFactory
+from tests.processes import StartWorker, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+# What a limit is, as written.
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "period", "burst"),
+    [
+        ("100/m", 100, 60.0, 2),
+        ("5/s", 5, 1.0, 5),
+        ("1000/h", 1000, 3600.0, 1),
+        ("2/10s", 2, 10.0, 1),
+        (" 7 / 1.5s ", 7, 1.5, 5),
+        ("3/day", 3, 86400.0, 1),
+    ],
+)
+def test_a_rate_as_written(text: str, limit: int, period: float, burst: int) -> None:
+    assert parse_rate(text) == Rate(limit, period, burst)
+
+
+@pytest.mark.parametrize(
+    ("text", "burst", "message"),
+    [
+        ("100", None, "rate '100' is invalid"),
+        ("0/s", None, "give 1 or more jobs"),
+        ("5/0s", None, "give 1 or more jobs"),
+        ("5/fortnight", None, "is invalid"),
+        (5, None, "rate 5 is invalid"),
+        ("5/s", 6, "burst 6 is more than"),
+        ("5/s", 0, "burst must be an integer"),
+        ("5/s", True, "burst must be an integer"),
+    ],
+)
+def test_a_bad_rate_says_what_is_wrong(text: Any, burst: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_rate(text, burst)
+
+
+def test_queue_limits_from_the_settings() -> None:
+    with override_settings(EDDYQ={"QUEUES": {"emails": {"concurrency": 5, "rate": "100/m"}}}):
+        assert {
+            "emails": QueueLimits(concurrency=5, rate=Rate(100, 60.0, 2))
+        } == eddyq_settings.QUEUES
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        (["emails"], "is not a dict of queue names"),
+        ({"bad name!": {}}, "is not a queue name"),
+        ({"emails": 5}, "is not a dict of limits"),
+        ({"emails": {"concurency": 5}}, "unknown keys concurency"),
+        ({"emails": {"concurrency": 0}}, "concurrency must be an integer"),
+        ({"emails": {"burst": 3}}, "burst is given without a rate"),
+        ({"emails": {"rate": "fast"}}, "rate 'fast' is invalid"),
+    ],
+)
+def test_bad_queue_limits_in_the_settings(queues: Any, message: str) -> None:
+    with override_settings(EDDYQ={"QUEUES": queues}), pytest.raises(InvalidSettingError) as raised:
+        _ = eddyq_settings.QUEUES
+    assert message in str(raised.value)
+
+
+def test_setting_and_lifting_limits_at_run_time() -> None:
+    queue = set_queue_limits("emails", concurrency=3, rate="10/s")
+    assert (queue.concurrency, queue.rate_limit, queue.rate_period, queue.rate_burst) == (
+        3,
+        10,
+        1.0,
+        10,
+    )
+    queue = set_queue_limits("emails")
+    assert (queue.concurrency, queue.rate_limit, queue.rate_period, queue.rate_burst) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    with pytest.raises(ValueError, match="concurrency must be"):
+        set_queue_limits("emails", concurrency=-1)
+    with pytest.raises(ValueError, match="queue name"):
+        set_queue_limits("no such queue!", concurrency=1)
+
+
+def test_a_row_cannot_hold_a_limit_the_claim_would_trip_on() -> None:
+    Queue.objects.create(name="emails")
+    for column, value in (("concurrency", 0), ("rate_period", 0), ("rate_burst", 1)):
+        with pytest.raises(IntegrityError, match=r"eddyq_queues_(concurrency|rate)_valid"):
+            Queue.objects.filter(name="emails").update(**{column: value})
+
+
+def test_the_settings_apply_as_a_worker_starts_and_keep_an_unchanged_bucket() -> None:
+    RateBucket.objects.create(name="emails", tokens=0.5, refilled_at="2026-01-01T00:00Z")
+    Queue.objects.create(name="emails", rate_limit=10, rate_period=1.0, rate_burst=10)
+    with override_settings(EDDYQ={"QUEUES": {"emails": {"concurrency": 2, "rate": "10/s"}}}):
+        apply_configured_limits()
+    assert Queue.objects.get(name="emails").concurrency == 2
+    assert RateBucket.objects.get(name="emails").tokens == 0.5  # the same rate: kept
+    set_queue_limits("emails", concurrency=2, rate="20/s")
+    assert not RateBucket.objects.exists()  # a new rate starts from a full bucket
+
+
+# The claim, as a worker's pass sends it.
+
+
+@pytest.fixture
+def worker_connection() -> Iterator[psycopg.Connection[Any]]:
+    with connect() as conn:
+        yield conn
+
+
+def claim(
+    conn: psycopg.Connection[Any],
+    limit: int,
+    *,
+    limited: list[str],
+    worker: str = "w-1",
+    queues: list[str] | None = None,
+) -> list[str]:
+    """The queues of the jobs one pass claims."""
+    done = run_pass(
+        conn,
+        Pass(outcomes=[], renew=[], promote=False, claim=limit, touch=[]),
+        worker_id=worker,
+        lease_seconds=60,
+        queues=queues,
+        limited=limited,
+    )
+    return sorted(job.queue for job in done.claimed)
+
+
+def finish_one(queue: str) -> None:
+    job = Job.objects.filter(queue=queue, state="running").first()
+    assert job is not None
+    Job.objects.filter(pk=job.pk).update(state="completed", locked_by=None)
+
+
+def test_a_queue_at_its_concurrency_gives_no_more(worker_connection: Any) -> None:
+    JobFactory.create_batch(10, queue="limited")
+    JobFactory.create_batch(10, queue="default")
+    set_queue_limits("limited", concurrency=3)
+    # The other queues fill the rest of the claim.
+    assert claim(worker_connection, 5, limited=["limited"]) == ["default"] * 2 + ["limited"] * 3
+    assert claim(worker_connection, 5, limited=["limited"]) == ["default"] * 5
+    assert claim(worker_connection, 5, limited=["limited"]) == ["default"] * 3
+    finish_one("limited")
+    assert claim(worker_connection, 5, limited=["limited"], worker="w-2") == ["limited"]
+
+
+def test_the_plain_claim_never_takes_from_a_limited_queue(worker_connection: Any) -> None:
+    """A worker that does not know of the limit yet (it reads them each poll interval) takes
+    nothing of the queue: its plain claim leaves limited queues alone."""
+    JobFactory.create_batch(3, queue="limited")
+    set_queue_limits("limited", concurrency=1)
+    assert claim(worker_connection, 10, limited=[]) == []
+    assert claim(worker_connection, 10, limited=["limited"]) == ["limited"]
+
+
+def test_a_lifted_limit_goes_back_to_the_plain_claim(worker_connection: Any) -> None:
+    JobFactory.create_batch(3, queue="limited")
+    set_queue_limits("limited", concurrency=1)
+    set_queue_limits("limited")
+    # A worker still sending the limited claim takes it all, as the plain claim does.
+    assert claim(worker_connection, 10, limited=["limited"]) == ["limited"] * 3
+
+
+def test_a_paused_limited_queue_gives_nothing(worker_connection: Any) -> None:
+    JobFactory.create_batch(3, queue="limited")
+    set_queue_limits("limited", concurrency=2)
+    set_queue_paused("limited", paused=True)
+    assert claim(worker_connection, 10, limited=["limited"]) == []
+    set_queue_paused("limited", paused=False)
+    assert claim(worker_connection, 10, limited=["limited"]) == ["limited"] * 2
+
+
+def test_a_rate_starts_at_most_its_burst_then_refills(worker_connection: Any) -> None:
+    JobFactory.create_batch(50, queue="limited")
+    set_queue_limits("limited", rate="10/s", burst=4)
+    assert claim(worker_connection, 20, limited=["limited"]) == ["limited"] * 4
+    assert claim(worker_connection, 20, limited=["limited"]) == []
+    time.sleep(0.35)  # 3.5 tokens
+    assert claim(worker_connection, 20, limited=["limited"]) == ["limited"] * 3
+    time.sleep(2)  # the bucket holds its burst at most, however long the quiet
+    assert claim(worker_connection, 20, limited=["limited"]) == ["limited"] * 4
+
+
+def test_a_worker_serving_other_queues_sends_no_limited_claim() -> None:
+    set_queue_limits("limited", concurrency=1)
+    runner = PassRunner(worker_id="w-1", queues=["default"], wake=lambda: None)
+    runner.connect()
+    try:
+        runner.run(Pass(outcomes=[], renew=[], promote=False, claim=1, touch=[]))
+        assert runner.limited == []
+        everywhere = PassRunner(worker_id="w-2", queues=None, wake=lambda: None)
+        everywhere.connect()
+        everywhere.run(Pass(outcomes=[], renew=[], promote=False, claim=1, touch=[]))
+        assert everywhere.limited == ["limited"]
+        assert everywhere.connection is not None
+        everywhere.connection.close()
+    finally:
+        assert runner.connection is not None
+        runner.connection.close()
+
+
+def test_concurrent_claimers_never_exceed_the_limit() -> None:
+    """Eight connections claim and finish as fast as they can; a ninth samples the running
+    jobs of the queue all along."""
+    JobFactory.create_batch(400, queue="limited")
+    set_queue_limits("limited", concurrency=3)
+    stop = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def claimer(number: int) -> None:
+        try:
+            with connect() as conn:
+                while not stop.is_set():
+                    for _ in claim(conn, 2, limited=["limited"], worker=f"w-{number}"):
+                        pass
+                    with conn.transaction():
+                        conn.execute(
+                            "UPDATE eddyq_jobs SET state = 'completed', locked_by = NULL "
+                            "WHERE locked_by = %s AND state = 'running'",
+                            [f"w-{number}"],
+                        )
+        except BaseException as error:
+            errors.append(error)
+
+    def sampler() -> None:
+        with connect() as conn:
+            conn.autocommit = True
+            while not stop.is_set():
+                row = conn.execute(
+                    "SELECT count(*) FROM eddyq_jobs WHERE queue = 'limited' AND state = 'running'"
+                ).fetchone()
+                assert row is not None
+                seen.append(row[0])
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    threads.append(threading.Thread(target=sampler))
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: not Job.objects.filter(queue="limited", state="available").exists(), 60)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert not errors
+    assert seen and max(seen) <= 3
+    assert Job.objects.filter(queue="limited", state="completed").count() == 400
+
+
+# Real workers.
+
+
+@pytest.fixture
+def start_workers(start_worker: StartWorker) -> None:
+    """Four worker processes of concurrency 10, for every example of a test."""
+    for _ in range(4):
+        start_worker("--concurrency", "10", "--no-maintenance")
+
+
+OVERLAP = """
+SELECT COALESCE(max(running), 0) FROM (
+    SELECT sum(delta) OVER (ORDER BY at, delta, id) AS running
+    FROM (
+        SELECT id, created_at AS at, CASE WHEN label = 'start' THEN 1 ELSE -1 END AS delta
+        FROM demo_execution WHERE label IN ('start', 'end')
+    ) AS event
+) AS timeline
+"""
+
+
+def max_overlap() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(OVERLAP)
+        (overlap,) = cursor.fetchone()
+    return int(overlap)
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    limit=st.integers(1, 6),
+    durations=st.lists(st.sampled_from([0.0, 0.005, 0.02, 0.05]), min_size=10, max_size=40),
+)
+def test_four_workers_never_run_more_than_the_limit(
+    start_workers: None, limit: int, durations: list[float]
+) -> None:
+    """Four worker processes of concurrency 10 drain a queue limited to ``limit``; each run
+    records its start and end in the database (by its clock, in the handler's own statements):
+    at no instant do more than ``limit`` runs overlap."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM demo_execution")
+    Job.all_objects.filter(queue="limited").delete()
+    set_queue_limits("limited", concurrency=limit)
+    jobs.overlap.using(queue="limited").enqueue_many([(seconds,) for seconds in durations])
+    wait_for(
+        lambda: Job.objects.filter(queue="limited", state="completed").count() == len(durations),
+        60,
+    )
+    overlap = max_overlap()
+    assert 1 <= overlap <= limit
