@@ -355,10 +355,11 @@ def hoards_memory(mib: int) -> int:
     return mib
 
 
-@task
+@task(backoff=lambda attempt: 0)
 def overlap(seconds: float) -> None:
     """Records its start and its end by the database's clock, each in a statement of its own
-    (committed at once): the flow-control tests compute how many runs overlapped."""
+    (committed at once): the flow-control tests compute how many runs overlapped. No back-off,
+    so that a rescued job runs again as soon as the scheduler sees it."""
     from django.db import connection
 
     from django_eddyq import current_job

@@ -332,3 +332,95 @@ def test_four_workers_never_run_more_than_the_limit(
     )
     overlap = max_overlap()
     assert 1 <= overlap <= limit
+
+
+class RunningSampler(threading.Thread):
+    """Counts the running jobs of a queue, from the database, as often as it can."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self.queue = queue
+        self.most = 0
+        self.samples = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with connect() as conn:
+            while not self.done.is_set():
+                row = conn.execute(
+                    "SELECT count(*) FROM eddyq_jobs WHERE queue = %s AND state = 'running'",
+                    [self.queue],
+                ).fetchone()
+                assert row is not None
+                self.most = max(self.most, row[0])
+                self.samples += 1
+                time.sleep(0.01)
+
+    def __enter__(self) -> RunningSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.join(10)
+
+
+def test_a_killed_worker_holds_its_slots_until_its_jobs_are_rescued(
+    start_worker: StartWorker, worker_environment: dict[str, str]
+) -> None:
+    """A worker holding both slots of a queue is SIGKILLed: no other worker starts one of the
+    queue's jobs until the rescuer has taken them back, then they all run; a pause in the
+    middle starts nothing."""
+    set_queue_limits("limited", concurrency=2)
+    jobs.overlap.using(queue="limited").enqueue_many([(1.5,) for _ in range(6)])
+    with RunningSampler("limited") as sampler:
+        doomed = start_worker("--concurrency", "10", "--no-maintenance")
+        wait_for(lambda: Job.objects.filter(queue="limited", state="running").count() == 2, 30)
+        doomed.kill()
+        doomed.wait(10)
+        worker_environment["EDDYQ_RESCUE_INTERVAL"] = "500ms"
+        worker_environment["EDDYQ_SCHEDULER_INTERVAL"] = "200ms"
+        start_worker("--concurrency", "10")
+        time.sleep(1)
+        # Still running, by the database's account: nothing else of the queue started.
+        assert Job.objects.filter(queue="limited", state="running").count() == 2
+        assert not Job.objects.filter(queue="limited", attempt=1, state="completed").exists()
+        wait_for(lambda: Job.objects.filter(queue="limited", state="completed").exists(), 30)
+        set_queue_paused("limited", paused=True)
+        wait_for(lambda: not Job.objects.filter(queue="limited", state="running").exists(), 30)
+        left = Job.objects.filter(queue="limited", state="available").count()
+        time.sleep(0.5)
+        assert Job.objects.filter(queue="limited", state="available").count() == left
+        set_queue_paused("limited", paused=False)
+        wait_for(lambda: Job.objects.filter(queue="limited", state="completed").count() == 6, 60)
+    assert sampler.samples > 100
+    assert sampler.most == 2
+
+
+def test_four_workers_keep_to_a_rate(start_workers: None) -> None:
+    """Four worker processes drain a queue limited to 20 a second: the starts recorded over
+    15 seconds are the rate's, within 5 %, and no second holds more than the rate."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM demo_execution")
+    set_queue_limits("limited", rate="20/s")
+    jobs.overlap.using(queue="limited").enqueue_many([(0.0,) for _ in range(600)])
+    wait_for(lambda: Job.objects.filter(queue="limited", state="completed").exists(), 30)
+    time.sleep(15.5)  # the window, from the first start, is over
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH start AS (SELECT created_at AS at FROM demo_execution WHERE label = 'start'),
+                 first AS (SELECT min(at) AS at FROM start)
+            SELECT count(*) FILTER (WHERE start.at < first.at + interval '15 seconds'),
+                   (SELECT max(n) FROM (
+                        SELECT count(*) AS n FROM start AS other, start AS one
+                        WHERE other.at >= one.at AND other.at < one.at + interval '1 second'
+                        GROUP BY one.at) AS windows)
+            FROM start, first
+            """
+        )
+        started, busiest_second = cursor.fetchone()
+    # A full bucket (20) at first, then 20 a second: 320 at most, and never more in a second
+    # than the bucket plus the second's refill.
+    assert 285 <= started <= 320
+    assert busiest_second <= 40

@@ -232,6 +232,10 @@ class PassRunner:
     def run(self, planned: Pass) -> Pass:
         assert self.connection is not None
         now = time.monotonic()
+        if self._limits_read_at == -math.inf and planned.claim:
+            # The first claim knows which queues are limited: a burst worker whose first
+            # claim found nothing would stop there.
+            self._limits_read(self.connection.execute(sql.LIMITED_QUEUES).fetchall(), at=now)
         # A limit set or lifted reaches the worker within a poll interval; the plain claim
         # leaves a limited queue alone from the moment its limit is committed.
         if now - self._limits_read_at >= eddyq_settings.POLL_INTERVAL.total_seconds():
@@ -245,11 +249,12 @@ class PassRunner:
             limited=self.limited,
         )
         if done.limited_queues is not None:
-            self._limits_read_at = now
-            self.limited = [
-                name for name in done.limited_queues if self.queues is None or name in self.queues
-            ]
+            self._limits_read([(name,) for name in done.limited_queues], at=now)
         return done
+
+    def _limits_read(self, rows: list[tuple[Any, ...]], *, at: float) -> None:
+        self._limits_read_at = at
+        self.limited = [name for (name,) in rows if self.queues is None or name in self.queues]
 
     def hand_back_strays(self, known: list[int]) -> None:
         """Jobs running under this worker's id that it does not know of (claimed by a pass
