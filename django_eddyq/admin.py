@@ -1177,12 +1177,12 @@ class QueueLimitsForm(QueueFormBase):
     ``set_queue_limits`` share: a ValueError becomes the error of the field it names first."""
 
     concurrency = forms.IntegerField(
-        label=_("concurrency"),
+        label=_("Concurrency"),
         required=False,
         help_text=_("At most this many of its jobs run at once, on all workers. Empty: no limit."),
     )
     rate = forms.CharField(
-        label=_("rate"),
+        label=_("Rate"),
         required=False,
         empty_value=None,
         help_text=_(
@@ -1191,7 +1191,7 @@ class QueueLimitsForm(QueueFormBase):
         ),
     )
     burst = forms.IntegerField(
-        label=_("burst"),
+        label=_("Burst"),
         required=False,
         help_text=_(
             "At most this many start at once after a quiet spell. Empty: one second's worth "

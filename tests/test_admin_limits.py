@@ -111,7 +111,7 @@ def test_saving_the_form_sets_the_limits(changer: Client) -> None:
     assert Queue.objects.get(name="emails").is_paused  # nothing else changed
     entry = LogEntry.objects.get()
     assert (entry.action_flag, entry.object_id) == (CHANGE, "emails")
-    assert entry.get_change_message() == "Changed concurrency and rate."
+    assert entry.get_change_message() == "Changed Concurrency and Rate."
     assert limits_column(changer)["emails"] == "≤ 2 running · 10/s (burst 10)"
 
 
