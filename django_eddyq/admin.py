@@ -1173,8 +1173,9 @@ def limits_text(queue: Queue) -> str:
 
 class QueueLimitsForm(QueueFormBase):
     """A queue's limits as an operator writes them: empty for no limit (for the burst, the
-    default). Checked by ``QueueLimits.from_options``, whose rules settings and
-    ``set_queue_limits`` share: a ValueError becomes the error of the field it names first."""
+    default). Checked as settings are, by ``QueueLimits.from_options`` (``set_queue_limits``
+    checks with the same validators of ``limits.py``): a ValueError becomes the error of the
+    field it names first, and the page saves nothing."""
 
     concurrency = forms.IntegerField(
         label=_("Concurrency"),
