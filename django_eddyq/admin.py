@@ -5,9 +5,10 @@ Fast at any number of jobs: the job list never counts more than ``EXACT_COUNT_LI
 that it shows an estimate), every filter reads an index or a bounded list, and nothing is
 fetched row by row. Inspection needs the view permission, and arguments, results and tracebacks
 also ``view_job_payload``; every change needs the change (or delete) permission and goes through
-the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``, ``Queue.resume``, the periodic
-schedules' ``run_periodic_now`` and ``set_periodic_enabled``), so that no batch
-callback, fence or notification is skipped, and writes one admin log entry per object changed.
+the API (``Job.retry``, ``Job.cancel``, ``Queue.pause``, ``Queue.resume``, a queue's limits by
+``set_queue_limits``, the periodic schedules' ``run_periodic_now`` and
+``set_periodic_enabled``), so that no batch callback, fence or notification is skipped, and
+writes one admin log entry per object changed.
 Whatever the URL or form holds, a page answers: ids are read as ASCII digits within bigint, and
 the lists take only their filters' parameters.
 """
@@ -15,6 +16,7 @@ the lists take only their filters' parameters.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -42,11 +44,12 @@ from django.utils.text import Truncator, capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_eddyq import activity, bulk, inspection
+from django_eddyq import activity, bulk, inspection, operations
 from django_eddyq.charts import activity_charts
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.exceptions import ScheduleNotFound
+from django_eddyq.limits import QueueLimits, Rate, default_burst
 from django_eddyq.maintenance.periodic import (
     ScheduleStatus,
     periodic_schedules,
@@ -73,8 +76,10 @@ HIDDEN = _("Hidden: needs the view_job_payload permission.")
 
 if TYPE_CHECKING:
     ModelAdminBase = admin.ModelAdmin[Any]
+    QueueFormBase = forms.ModelForm[Queue]
 else:
     ModelAdminBase = admin.ModelAdmin
+    QueueFormBase = forms.ModelForm
 
 
 def _json(value: Any) -> SafeString:
@@ -237,22 +242,32 @@ class JobChangeList(EddyqChangeList):
 
 
 class EddyqAdmin(ModelAdminBase):
-    """Read-only pages: nothing is added or saved, every change is an action, and a POST by a
-    user who may not change (or delete) is refused with 403, as is one naming an action whose
-    permission the user lacks (rather than Django's "no action selected")."""
+    """Read-only pages: nothing is added, every change is an action or one of the
+    ``editable_fields`` (which only a user who may change edits, and the admin's ``save_model``
+    saves through the API), and a POST by a user who may not change (or delete) is refused with
+    403, as is one naming an action whose permission the user lacks (rather than Django's "no
+    action selected")."""
 
     show_facets = admin.ShowFacets.NEVER  # a COUNT per filter choice over every row
+    #: The form's fields on the change page; none: the page saves nothing.
+    editable_fields: tuple[str, ...] = ()
 
     @property
     def media(self) -> forms.Media:
         return super().media + forms.Media(css={"all": ("django_eddyq/admin.css",)})
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        editable = self.editable_fields if self.saves_changes(request, obj) else ()
         fields: list[str] = []
         for _name, options in self.get_fieldsets(request, obj):
             for field in options["fields"]:
-                fields.extend(field if isinstance(field, tuple | list) else [field])
+                names = field if isinstance(field, tuple | list) else [field]
+                fields.extend(name for name in names if name not in editable)
         return fields
+
+    def saves_changes(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Whether the change page is a form that this user saves."""
+        return bool(self.editable_fields) and self.has_change_permission(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -281,13 +296,14 @@ class EddyqAdmin(ModelAdminBase):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        if request.method == "POST" and object_id is not None:
+        saves = self.saves_changes(request)
+        if request.method == "POST" and object_id is not None and not saves:
             raise PermissionDenied  # nothing to save: changes are actions
         extra_context = {
             "title": capfirst(self.opts.verbose_name),
             **(extra_context or {}),
-            "show_save": False,
-            "show_save_and_continue": False,
+            "show_save": saves,
+            "show_save_and_continue": saves,
             "show_save_and_add_another": False,
         }
         return super().changeform_view(request, object_id, form_url, extra_context)
@@ -1133,10 +1149,104 @@ class BatchAdmin(EstimatingAdmin):
 
 # Queues.
 
+#: The fields of the queue's limits form, named as ``set_queue_limits`` takes them.
+LIMIT_FIELDS = ("concurrency", "rate", "burst")
+
+
+def queue_rate(queue: Queue) -> Rate | None:
+    """The rate its row holds, or None (the row's checks keep the three columns together)."""
+    if queue.rate_limit is None or queue.rate_period is None or queue.rate_burst is None:
+        return None
+    return Rate(queue.rate_limit, queue.rate_period, queue.rate_burst)
+
+
+def limits_text(queue: Queue) -> str:
+    """Its limits as the queue list shows them: "≤ 5 running · 100/m (burst 2)"; "" if none."""
+    parts = []
+    if queue.concurrency is not None:
+        parts.append(str(_("≤ %(count)s running") % {"count": queue.concurrency}))
+    rate = queue_rate(queue)
+    if rate is not None:
+        parts.append(str(_("%(rate)s (burst %(burst)s)") % {"rate": rate, "burst": rate.burst}))
+    return " · ".join(parts)
+
+
+class QueueLimitsForm(QueueFormBase):
+    """A queue's limits as an operator writes them: empty for no limit (for the burst, the
+    default). Checked as settings are, by ``QueueLimits.from_options`` (``set_queue_limits``
+    checks with the same validators of ``limits.py``): a ValueError becomes the error of the
+    field it names first, and the page saves nothing."""
+
+    concurrency = forms.IntegerField(
+        label=_("Concurrency"),
+        required=False,
+        help_text=_("At most this many of its jobs run at once, on all workers. Empty: no limit."),
+    )
+    rate = forms.CharField(
+        label=_("Rate"),
+        required=False,
+        empty_value=None,
+        help_text=_(
+            'At most this many of its jobs start per period: "100/m", "5/s", "1000/h", '
+            '"2/10s". Empty: no limit.'
+        ),
+    )
+    burst = forms.IntegerField(
+        label=_("Burst"),
+        required=False,
+        help_text=_(
+            "At most this many start at once after a quiet spell. Empty: one second's worth "
+            "of the rate."
+        ),
+    )
+
+    class Meta:
+        model = Queue
+        fields = ()  # nothing is written to the row but by set_queue_limits
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        rate = queue_rate(self.instance)
+        self.initial.update(
+            concurrency=self.instance.concurrency,
+            rate=None if rate is None else str(rate),
+            burst=None if rate is None or _is_default_burst(rate) else rate.burst,
+        )
+
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean()
+        if data is None or not all(name in data for name in LIMIT_FIELDS):
+            return data  # a field's own error says what is wrong
+        try:
+            QueueLimits.from_options({name: data[name] for name in LIMIT_FIELDS})
+        except ValueError as error:
+            # limits.py's messages begin with the field they are about.
+            field = str(error).split(" ", 1)[0]
+            self.add_error(field if field in LIMIT_FIELDS else None, capfirst(f"{error}."))
+        return data
+
+
+def _is_default_burst(rate: Rate) -> bool:
+    """Whether the form may show the burst empty. A row's period can be any positive float
+    (PostgreSQL's NaN and Infinity too), which ``default_burst`` does not take."""
+    finite = math.isfinite(rate.period_seconds)
+    return finite and rate.burst == default_burst(rate.limit, rate.period_seconds)
+
 
 @admin.register(Queue)
 class QueueAdmin(EddyqAdmin):
-    list_display = ("name", "paused", "available", "running", "updated_at", "jobs_link")
+    """Queues, paused and resumed by actions; a user who may change a queue sets its limits
+    on its page (``operations.set_queue_limits``)."""
+
+    list_display = (
+        "name",
+        "paused",
+        "available",
+        "running",
+        "limits_display",
+        "updated_at",
+        "jobs_link",
+    )
     list_filter = (("paused_at", admin.EmptyFieldListFilter),)
     search_fields = ("name",)
     actions = ("pause_queues", "resume_queues")
@@ -1159,12 +1269,42 @@ class QueueAdmin(EddyqAdmin):
             },
         ),
     )
+    form = QueueLimitsForm
+    editable_fields = LIMIT_FIELDS
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         queryset: models.QuerySet[Any] = (
             super().get_queryset(request).annotate(**inspection.queue_counts())
         )
         return queryset
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The limits as a form for a user who may change them, as text for others."""
+        fields = LIMIT_FIELDS if self.saves_changes(request, obj) else ("limits_display",)
+        limits = (
+            _("Limits, across every worker"),
+            {
+                "fields": fields,
+                "description": _(
+                    "Workers follow a change within their poll interval, without a restart. "
+                    'A worker sets the limits of EDDYQ["QUEUES"] again as it starts.'
+                ),
+            },
+        )
+        return (*self.fieldsets, limits)
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        # The form's own fields, none of the model's: Django would write those to the row.
+        return super().get_form(request, obj, change, **{**kwargs, "fields": ()})
+
+    def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        operations.set_queue_limits(
+            obj.name, concurrency=data["concurrency"], rate=data["rate"], burst=data["burst"]
+        )
+        obj.refresh_from_db(fields=["concurrency", "rate_limit", "rate_period", "rate_burst"])
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # deleting a paused queue's row would resume it; the queue cleaner tidies
@@ -1188,6 +1328,10 @@ class QueueAdmin(EddyqAdmin):
     @admin.display(description=_("running jobs"))
     def running(self, queue: Queue) -> str:
         return f"{getattr(queue, 'running_count', 0):,}"
+
+    @admin.display(description=_("limits"))
+    def limits_display(self, queue: Queue) -> str:
+        return limits_text(queue) or "—"
 
     @admin.display(description=_("jobs"))
     def jobs_link(self, queue: Queue) -> SafeString:

@@ -1,10 +1,10 @@
 """The admin in a real browser: Debian's chromium, driven by Playwright, against ``live_server``.
 
 An operator's round: log in, filter the jobs to the failed ones, open one and read its
-traceback, retry it and see it leave the failed filter, pause a queue, find the lost workers and
-go from a job to the worker that ran it. The failed-jobs list is
-saved as a screenshot in ``docs/_screenshots_tmp/`` (git-ignored); with
-``EDDYQ_DOCS_SCREENSHOTS=1`` it also replaces the one of docs/operators.md.
+traceback, retry it and see it leave the failed filter, pause a queue, limit one, find the lost
+workers and go from a job to the worker that ran it. The failed-jobs list is saved as a
+screenshot in ``docs/_screenshots_tmp/`` (git-ignored); with ``EDDYQ_DOCS_SCREENSHOTS=1`` it also
+replaces the one of docs/operators.md.
 
 Without chromium or Playwright these tests skip, except in CI (``CI`` set), where they fail:
 CI installs both.
@@ -436,3 +436,31 @@ def test_activity_charts(page: Any, live_server: Any) -> None:
     assert page.locator(".eddyq-chart-data table").first.is_visible()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "admin-activity.png"), full_page=True)
+
+
+def test_set_a_queues_limits(page: Any, live_server: Any, jobs: dict[str, Job]) -> None:
+    """Open a queue from the list, limit it, save, and read the limits in the list."""
+    page.goto(f"{live_server.url}/admin/django_eddyq/queue/")
+    page.locator("#result_list tbody th a", has_text="emails").click()
+    page.wait_for_url("**/queue/emails/change/")
+    page.fill("input[name=concurrency]", "2")
+    page.fill("input[name=rate]", "10/s")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "admin-queue-limits.png"), full_page=True)
+    page.get_by_role("button", name="Save", exact=True).click()
+    page.wait_for_selector(".messagelist .success")
+    row = page.locator("#result_list tbody tr", has_text="emails")
+    assert row.locator("td.field-limits_display").inner_text() == "≤ 2 running · 10/s (burst 10)"
+    other = page.locator("#result_list tbody tr", has_text="reports")
+    assert other.locator("td.field-limits_display").inner_text() == "—"
+    page.screenshot(path=str(SCREENSHOTS / "admin-queues.png"), full_page=True)
+    queue = Queue.objects.get(name="emails")
+    assert (queue.concurrency, queue.rate_limit, queue.rate_period) == (2, 10, 1.0)
+
+    # A value that is not a limit: the form says so, and nothing changes.
+    row.locator("th a").click()
+    page.fill("input[name=rate]", "10 per second")
+    page.get_by_role("button", name="Save", exact=True).click()
+    page.wait_for_selector(".errorlist")
+    assert "is invalid" in page.locator(".form-row.field-rate .errorlist").inner_text()
+    assert Queue.objects.get(name="emails").rate_limit == 10
