@@ -31,6 +31,8 @@ UNIT_SECONDS = {
 QUEUE_LIMIT_KEYS = frozenset({"concurrency", "rate", "burst"})
 #: The largest number a limit takes (PostgreSQL's integer).
 MAX_LIMIT = 2**31 - 1
+#: The longest period of a rate, in seconds: about a hundred years.
+MAX_PERIOD_SECONDS = 100 * 365 * 86400
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,8 +67,11 @@ def parse_rate(text: object, burst: object = None) -> Rate:
     limit = int(match.group(1))
     multiple = float(match.group(2)) if match.group(2) not in ("", ".") else 1.0
     period_seconds = multiple * UNIT_SECONDS[match.group(3)]
-    if not 1 <= limit <= MAX_LIMIT or not period_seconds > 0:
-        raise ValueError(f"rate {text!r} is invalid: give 1 or more jobs per a period over 0")
+    if not 1 <= limit <= MAX_LIMIT or not 0 < period_seconds <= MAX_PERIOD_SECONDS:
+        raise ValueError(
+            f"rate {text!r} is invalid: give 1 or more jobs per a period over 0 and within "
+            "a hundred years"
+        )
     if burst is None:
         return Rate(limit, period_seconds, default_burst(limit, period_seconds))
     burst = validate_positive_int(burst, "burst")

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_eddyq import operations
 from django_eddyq.arguments import ExactJSONDecoder, ExactJSONEncoder
+from django_eddyq.limits import MAX_PERIOD_SECONDS
 from django_eddyq.managers import JobManager, QueueDatabaseManager
 from django_eddyq.vocabulary import (
     PRIORITY_MAX,
@@ -336,6 +337,8 @@ class Queue(models.Model):
                         rate_burst__isnull=False,
                         rate_limit__gte=1,
                         rate_period__gt=0,
+                        # Also keeps out NaN and infinity, which PostgreSQL counts above 0.
+                        rate_period__lte=MAX_PERIOD_SECONDS,
                         rate_burst__gte=1,
                         rate_burst__lte=F("rate_limit"),
                     )

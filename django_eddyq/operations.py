@@ -15,7 +15,7 @@ from django_eddyq import sql
 from django_eddyq.arguments import loads
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
-from django_eddyq.limits import QueueLimits, Rate, parse_rate, validate_concurrency
+from django_eddyq.limits import QueueLimits, Rate
 from django_eddyq.retention import parse_retention
 from django_eddyq.vocabulary import (
     TERMINAL_STATES,
@@ -109,12 +109,7 @@ def set_queue_limits(
     workers follow within a poll interval, without restarting. Returns the limits set.
     ValueError names what is wrong, and nothing is changed."""
     validate_queue_name(name)
-    if rate is None and burst is not None:
-        raise ValueError("burst is given without a rate")
-    limits = QueueLimits(
-        concurrency=validate_concurrency(concurrency),
-        rate=None if rate is None else parse_rate(rate, burst),
-    )
+    limits = QueueLimits.from_options({"concurrency": concurrency, "rate": rate, "burst": burst})
     with connections[eddyq_settings.DATABASE].cursor() as cursor:
         cursor.execute(
             sql.SET_QUEUE_LIMITS,

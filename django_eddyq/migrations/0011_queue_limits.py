@@ -81,6 +81,7 @@ class Migration(migrations.Migration):
                         ("rate_limit__isnull", False),
                         ("rate_period__gt", 0),
                         ("rate_period__isnull", False),
+                        ("rate_period__lte", 3153600000),
                     ),
                     _connector="OR",
                 ),
