@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from django_eddyq import checks
 from django_eddyq.conf import eddyq_settings
+from tests import jobs  # noqa: F401 - registers the tasks the schedules below name
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 CHECK_IDS = {f"django_eddyq.E00{number}" for number in range(1, 7)} | {
