@@ -96,8 +96,9 @@ def subject_environment(url: str, **extra: str) -> dict[str, str]:
         "DJANGO_DEBUG": "False",
         "DJANGO_LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
-        # Where the benchmarks' tasks are declared, for the workers' registry.
-        "EDDYQ_TASK_MODULES": "benchmarks.noop",
+        # Where the benchmarks' tasks are declared, for the workers' registry (which runs
+        # only the tasks declared there).
+        "EDDYQ_TASK_MODULES": "benchmarks.noop,benchmarks.probe",
         **extra,
     }
     environment.pop("EDDYQ_EMBEDDED_PGDATA", None)

@@ -19,6 +19,16 @@ from benchmarks import common, harness
 from benchmarks.drain import INSTRUMENTED_ARGUMENTS, INSTRUMENTED_ENVIRONMENT, drain_once
 
 NOOP = "benchmarks.noop.noop"
+# Flow control's rows: jobs of 5 ms in a queue of their own, drained by four worker processes of
+# --concurrency 10 (40 slots), with and without a limit on that queue.
+FLOW_QUEUE = "bench_flow"
+FLOW_JOB_SECONDS = 0.005
+FLOW_WORKERS = {"concurrency": 10, "processes": 4}
+FLOW_LIMITS: list[tuple[str, dict[str, Any]]] = [
+    ("flow_unlimited", {}),
+    ("flow_concurrency40", {"concurrency": 40}),
+    ("flow_rate2000", {"rate": "2000/s"}),
+]
 
 
 def setup_django() -> None:
@@ -111,6 +121,33 @@ class Retained(Eddyq):
             " WHERE state = 'completed' AND id > %s",
             [self.retained_max_id()],
         )
+
+
+class Paced(Eddyq):
+    """The same queue, drained of 5 ms jobs in flow control's queue by workers that serve
+    (without ``--burst``: a burst worker exits at its first claim that takes nothing, which
+    with a limit may be one that found every slot of the queue taken by the other workers);
+    the drain ends at the last completion the database recorded."""
+
+    name = "django-eddyq-5ms"
+    worker_exits = False
+
+    def worker_argv(self, mode: str, options: dict[str, Any]) -> list[str]:
+        return [arg for arg in super().worker_argv(mode, options) if arg != "--burst"]
+
+    def steady(self) -> float:
+        """Jobs/s from the first claim to the last completion (the database's clock)."""
+        return self.scalar(
+            "SELECT count(*) / extract(epoch FROM max(finalized_at) - min(attempted_at))::float8"
+            " FROM eddyq_jobs WHERE state = 'completed'"
+        )
+
+    def prefill(self, n: int) -> None:
+        from benchmarks.noop import pause
+
+        paced = pause.using(queue=FLOW_QUEUE)
+        for start in range(0, n, 10_000):
+            paced.enqueue_many([(FLOW_JOB_SECONDS,)] * min(10_000, n - start))
 
 
 def subject(config: dict[str, Any]) -> Eddyq:
@@ -213,7 +250,7 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
     queue = subject(config)
     log_dir = Path(config["log_dir"])
     timeout = config.get("timeout", 600)
-    wanted = set(config.get("scenarios") or ["single", "many", "drain", "latency"])
+    wanted = set(config.get("scenarios") or ["single", "many", "drain", "flow", "latency"])
     results: dict[str, Any] = {}
     if "single" in wanted:
         try:
@@ -244,6 +281,8 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
                 timeout=timeout,
             )
         instrumented.close()
+    if "flow" in wanted:
+        results.update(flow_control(queue, config["flow"], log_dir=log_dir, timeout=timeout))
     if "latency" in wanted:
         harness.guarded(
             results,
@@ -257,6 +296,35 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
         )
     queue.reset()
     queue.close()
+    return results
+
+
+def flow_control(queue: Eddyq, n: int, *, log_dir: Path, timeout: float) -> dict[str, Any]:
+    """The drain of ``n`` 5 ms jobs by ``FLOW_WORKERS``, once for each of ``FLOW_LIMITS`` set on
+    their queue (then lifted)."""
+    from django_eddyq import set_queue_limits
+
+    paced = Paced(queue.url, queue.env)
+    results: dict[str, Any] = {}
+    try:
+        for key, limits in FLOW_LIMITS:
+            set_queue_limits(FLOW_QUEUE, **limits)
+            harness.guarded(
+                results,
+                key,
+                harness.drain,
+                paced,
+                n,
+                FLOW_WORKERS,
+                log_dir=log_dir,
+                timeout=timeout,
+            )
+            if not isinstance(results[key], dict):  # not an error
+                results[f"{key}_steady"] = paced.steady()
+    finally:
+        set_queue_limits(FLOW_QUEUE)
+        paced.reset()
+        paced.close()
     return results
 
 

@@ -1,8 +1,17 @@
 """Tasks the benchmarks enqueue; workers import them as ``benchmarks.noop.<name>``."""
 
+import time
+
 from django_eddyq import task
 
 
 @task
 def noop() -> None:
     """Does nothing: what is measured is the queue's own cost per job."""
+
+
+@task
+def pause(seconds: float) -> None:
+    """Sleeps ``seconds``: a job that takes time and no CPU, as one waiting on a service does
+    (flow control's rows, where how many run at once is what is measured)."""
+    time.sleep(seconds)
