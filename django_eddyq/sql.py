@@ -323,7 +323,8 @@ FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limi
 # the other queues the plain claim would take from, up to {limit} in all. A rate's bucket is
 # refilled by the time elapsed since the last claim took from it, counted by the clock at the
 # claim (clock_timestamp(), after the locks: transaction times may run backwards between two
-# claims), and written back less the jobs taken.
+# claims), and written back less the jobs taken. The jobs picked are looked up by id in an
+# array: joined to the picks, whose LIMIT is an expression, the update read the whole table.
 _LIMITED_CLAIM = """
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
@@ -382,8 +383,7 @@ WITH clock AS MATERIALIZED (
         heartbeat_at = now(),
         locked_by = %(worker_id)s,
         locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
-    WHERE job.id = picked.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
               job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
@@ -446,6 +446,9 @@ LIMITED_CLAIM_WITHOUT_SORT = (
 # The jobs it finished are added to the worker's own activity row of the minute (counted), in
 # the same statement: the charts read the counts, never the finished jobs, and the pass sends
 # no statement more. A job handed back (available again) has no outcome to count.
+# It wakes the workers of the queues that got available jobs, and of the queues with a
+# concurrency limit whose jobs ended: a slot of theirs is free, which another worker may be
+# waiting for.
 FINISH_JOBS = f"""
 WITH outcome AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
@@ -491,7 +494,11 @@ SELECT id, state, (
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM finished WHERE state IN ('scheduled', 'retryable') LIMIT 1)
                    AS waiting)
-    FROM (SELECT DISTINCT queue FROM finished WHERE state = 'available') AS woken
+    FROM (
+        SELECT DISTINCT queue FROM finished
+        WHERE state = 'available'
+           OR queue IN (SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL)
+    ) AS woken
 ) FROM finished
 """
 

@@ -489,8 +489,7 @@ WITH clock AS MATERIALIZED (
         heartbeat_at = now(),
         locked_by = %(worker_id)s,
         locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
-    WHERE job.id = picked.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
               job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
@@ -570,8 +569,7 @@ WITH clock AS MATERIALIZED (
         heartbeat_at = now(),
         locked_by = %(worker_id)s,
         locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
-    WHERE job.id = picked.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
               job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
@@ -651,8 +649,7 @@ WITH clock AS MATERIALIZED (
         heartbeat_at = now(),
         locked_by = %(worker_id)s,
         locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    FROM (SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked) AS picked
-    WHERE job.id = picked.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
               job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
@@ -724,7 +721,11 @@ SELECT id, state, (
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM finished WHERE state IN ('scheduled', 'retryable') LIMIT 1)
                    AS waiting)
-    FROM (SELECT DISTINCT queue FROM finished WHERE state = 'available') AS woken
+    FROM (
+        SELECT DISTINCT queue FROM finished
+        WHERE state = 'available'
+           OR queue IN (SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL)
+    ) AS woken
 ) FROM finished
 
 -- sql.HEARTBEAT
