@@ -320,7 +320,8 @@ FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limi
 
 # Claims up to {limit} jobs: first from the limited queues (%(limited)s), as many as each allows
 # (its concurrency less its running jobs, the whole tokens left in its rate's bucket), then from
-# the other queues the plain claim would take from, up to {limit} in all. A rate's bucket is
+# the other queues the plain claim would take from, up to {limit} in all ({other_picked}: left
+# out while a worker knows they have nothing, see PassRunner). A rate's bucket is
 # refilled by the time elapsed since the last claim took from it, counted by the clock at the
 # claim (clock_timestamp(), after the locks: transaction times may run backwards between two
 # claims), and written back less the jobs taken. The jobs picked are looked up by id in an
@@ -368,12 +369,7 @@ WITH clock AS MATERIALIZED (
 ), limited_picked AS (
     SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT {limit}
 ), other_picked AS (
-    SELECT id FROM eddyq_jobs
-    WHERE state = 'available' {queue_filter}
-      AND queue NOT IN ({held_back_queues})
-    ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
-    FOR UPDATE SKIP LOCKED
+    {other_picked}
 ), claimed AS (
     UPDATE eddyq_jobs AS job
     SET state = 'running',
@@ -404,14 +400,31 @@ FROM claimed
 """
 
 
-def limited_claim_statement(limit: int, queues: Sequence[str] | None) -> str:
+_OTHER_PICKED = """SELECT id FROM eddyq_jobs
+    WHERE state = 'available' {queue_filter}
+      AND queue NOT IN ({held_back_queues})
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+    FOR UPDATE SKIP LOCKED"""
+_NO_OTHER_PICKED = "SELECT NULL::bigint AS id WHERE false"
+
+
+def limited_claim_statement(
+    limit: int, queues: Sequence[str] | None, *, others: bool = True
+) -> str:
     """The claim of up to ``limit`` jobs when some of the worker's queues are limited (sent as
-    ``%(limited)s``, after ``LOCK_LIMITS``): see ``claim_statement`` for the rest."""
-    return _LIMITED_CLAIM.format(
-        queue_filter=_queue_filter(queues),
-        held_back_queues=_HELD_BACK_QUEUES,
-        limit=int(limit),
+    ``%(limited)s``, after ``LOCK_LIMITS``): see ``claim_statement`` for the rest. Without
+    ``others``, from the limited queues only."""
+    other_picked = (
+        _OTHER_PICKED.format(
+            queue_filter=_queue_filter(queues),
+            held_back_queues=_HELD_BACK_QUEUES,
+            limit=int(limit),
+        )
+        if others
+        else _NO_OTHER_PICKED
     )
+    return _LIMITED_CLAIM.format(other_picked=other_picked, limit=int(limit))
 
 
 # Sent before a claim from any queue, in its transaction, so that the claim is planned as it

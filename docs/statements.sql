@@ -668,6 +668,78 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
+-- sql.limited_claim_statement (limit 16, limited queues only)
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+), other_picked AS (
+    SELECT NULL::bigint AS id WHERE false
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+        attempt = LEAST(job.attempt, 2147483646) + 1,
+        attempted_at = now(),
+        attempted_by = %(worker_id)s,
+        heartbeat_at = now(),
+        locked_by = %(worker_id)s,
+        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
+      ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+
 -- sql.FINISH_JOBS
 WITH outcome AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(

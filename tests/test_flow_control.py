@@ -433,3 +433,28 @@ def test_four_workers_keep_to_a_rate(start_workers: None) -> None:
     # records a moment after its claim, in the next second.
     assert 285 <= started <= 320
     assert busiest_second <= 44
+
+
+def test_the_limited_claim_leaves_out_other_queues_that_had_nothing_until_told() -> None:
+    """Once the other queues gave nothing, the limited claim stops reading past the limited
+    queue's backlog for them, until new jobs are announced (or a poll interval passes)."""
+    JobFactory.create_batch(5, queue="limited")
+    set_queue_limits("limited", concurrency=1)
+    runner = PassRunner(worker_id="w-1", queues=None, wake=lambda: None)
+    runner.connect()
+
+    def claimed() -> list[str]:
+        done = runner.run(Pass(outcomes=[], renew=[], promote=False, claim=4, touch=[]))
+        return sorted(job.queue for job in done.claimed)
+
+    try:
+        assert claimed() == ["limited"]  # the others gave nothing
+        JobFactory(queue="default")
+        assert claimed() == []  # not read for them
+        runner.jobs_notified("limited")
+        assert claimed() == []  # a limited queue's news changes nothing
+        runner.jobs_notified("default")
+        assert claimed() == ["default"]
+    finally:
+        assert runner.connection is not None
+        runner.connection.close()

@@ -87,6 +87,8 @@ def worker_pass() -> Rendered:
     for which, queues in CLAIM_QUEUES.items():
         statement = sql.limited_claim_statement(16, queues)
         yield f"sql.limited_claim_statement (limit 16, {which})", statement
+    statement = sql.limited_claim_statement(16, None, others=False)
+    yield "sql.limited_claim_statement (limit 16, limited queues only)", statement
     for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS", "WORKER_SEEN", "WORKER_STOPPED"):
         yield f"sql.{name}", getattr(sql, name)
     for name in ("PROMOTE_DUE_ANY_QUEUE", "PROMOTE_DUE_FROM_QUEUES"):

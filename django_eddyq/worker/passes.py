@@ -82,11 +82,13 @@ def run_pass(
     lease_seconds: float,
     queues: Sequence[str] | None,
     limited: Sequence[str] = (),
+    others: bool = True,
 ) -> Pass:
     """Run ``planned`` on ``connection`` in one transaction and fill in what it returned.
 
     ``limited``: the worker's queues that have a limit, as last read; while there are any, the
-    claim is the limited one (``sql.limited_claim_statement``), after their locks.
+    claim is the limited one (``sql.limited_claim_statement``), after their locks, and takes from
+    the other queues too unless ``others`` is false.
 
     The statements go out together, in pipeline mode: between two syncs they are one implicit
     transaction, so one round trip and one commit serve them all, and an error in any of them
@@ -124,7 +126,7 @@ def run_pass(
                 if queues is None:
                     connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
                 claim = connection.execute(
-                    sql.limited_claim_statement(planned.claim, queues),
+                    sql.limited_claim_statement(planned.claim, queues, others=others),
                     {**claimer, "limited": limited},
                 )
             else:
@@ -173,6 +175,10 @@ class PassRunner:
         # Which of the worker's queues have a limit, as last read, and when (monotonic).
         self.limited: list[str] = []
         self._limits_read_at = -math.inf
+        # Until when the limited claim leaves the other queues out: their part of it came back
+        # short, and reading past a limited queue's backlog for nothing, at every claim and
+        # under the queue's lock, would hold up every worker's claim of it.
+        self._others_idle_until = -math.inf
         self._sent: queue.SimpleQueue[tuple[Pass, Future[Pass]] | None] = queue.SimpleQueue()
         # The pass sent and not yet taken back, with its result.
         self.in_flight: tuple[Pass, Future[Pass]] | None = None
@@ -240,17 +246,29 @@ class PassRunner:
         # leaves a limited queue alone from the moment its limit is committed.
         if now - self._limits_read_at >= eddyq_settings.POLL_INTERVAL.total_seconds():
             planned.read_limits = True
+        limited = self.limited
+        others = now >= self._others_idle_until
         done = run_pass(
             self.connection,
             planned,
             worker_id=self.worker_id,
             lease_seconds=eddyq_settings.STALE_AFTER.total_seconds(),
             queues=self.queues,
-            limited=self.limited,
+            limited=limited,
+            others=others,
         )
+        if limited and others and len(done.claimed) < planned.claim:
+            # The other queues gave less than the limited ones left them: they have no more.
+            self._others_idle_until = now + eddyq_settings.POLL_INTERVAL.total_seconds()
         if done.limited_queues is not None:
             self._limits_read([(name,) for name in done.limited_queues], at=now)
         return done
+
+    def jobs_notified(self, queue_name: str) -> None:
+        """New jobs in ``queue_name`` (any thread): if it is not limited, the next limited
+        claim takes from the other queues again."""
+        if queue_name not in self.limited:
+            self._others_idle_until = -math.inf
 
     def _limits_read(self, rows: list[tuple[Any, ...]], *, at: float) -> None:
         self._limits_read_at = at

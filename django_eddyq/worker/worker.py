@@ -299,6 +299,7 @@ class Worker(Loop):
 
     def _on_jobs_notification(self, queue_name: str) -> None:
         if self.queues is None or queue_name in self.queues:
+            self._runner.jobs_notified(queue_name)
             self._pacing.jobs_notified = True
             self.wake()
 
