@@ -41,8 +41,13 @@ def test_sigterm_completes_what_finishes_in_time_and_hands_back_the_rest(
     long = enqueue_recorded([60.0] * 25, recorded)
     worker = fleet.start(*layout, "--shutdown-timeout", str(SHUTDOWN_TIMEOUT))
     wait_until(lambda: count_by_state().get("running", 0) == 50, 30, "all 50 jobs to run")
-    # Claimed is not yet started: a handler thread takes each job up a moment later.
-    time.sleep(0.25)
+    # Claimed is not yet started: a handler thread takes each job up a moment later (on a
+    # loaded machine, more than a moment), and records it.
+    wait_until(
+        lambda: Execution.objects.filter(label="started").count() == 50,
+        30,
+        "all 50 handlers to start",
+    )
 
     signalled = time.monotonic()
     worker.signal(signal.SIGTERM)
