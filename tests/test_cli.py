@@ -543,7 +543,7 @@ def test_cancel_and_delete_summaries_as_json(eddyq: Any) -> None:
 
 
 def test_a_batched_retry_while_a_worker_runs_loses_and_repeats_no_job(
-    eddyq: Any, start_worker: StartWorker
+    eddyq: Any, start_worker: StartWorker, worker_environment: dict[str, str]
 ) -> None:
     """20,000 failed jobs retried in batches of 500 while a worker claims them as they come
     back: each runs exactly once more, and ends completed at its second attempt."""
@@ -565,6 +565,9 @@ def test_a_batched_retry_while_a_worker_runs_loses_and_repeats_no_job(
             [jobs],
         )
         cursor.execute("UPDATE eddyq_jobs SET args = jsonb_build_array(id)")
+    # Handlers keep their connections, as docs/worker.md advises: a new one per job would
+    # make the drain five times as long.
+    worker_environment["DATABASE_URL"] += "?conn_max_age=600"
     worker = start_worker("--concurrency", "8")
 
     result = eddyq("retry", "--state", "failed", "--yes", "--json", "--batch-size", "500")
