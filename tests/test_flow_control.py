@@ -406,33 +406,40 @@ def test_a_killed_worker_holds_its_slots_until_its_jobs_are_rescued(
 
 
 def test_four_workers_keep_to_a_rate(start_workers: None) -> None:
-    """Four worker processes drain a queue limited to 20 a second: the starts recorded over
-    15 seconds are the rate's, within 5 %, and no second holds more than the rate."""
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM demo_execution")
+    """Four worker processes drain a queue limited to 20 a second: the jobs claimed over 15
+    seconds are the rate's, within 5 %, and no second holds more than the bucket and its
+    refill.
+
+    Claims are counted, by their time in the database (``attempted_at``), rather than the
+    handlers' starts: on a loaded machine a worker process may stall for a moment and start a
+    second's worth of jobs at once, which says nothing of the limit. That a burst never
+    exceeds the bucket is proved, to the job, by ``test_a_rate_starts_at_most_its_burst``."""
     set_queue_limits("limited", rate="20/s")
     jobs.overlap.using(queue="limited").enqueue_many([(0.0,) for _ in range(600)])
     wait_for(lambda: Job.objects.filter(queue="limited", state="completed").exists(), 30)
-    time.sleep(15.5)  # the window, from the first start, is over
+    time.sleep(15.5)  # the window, from the first claim, is over
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            WITH start AS (SELECT created_at AS at FROM demo_execution WHERE label = 'start'),
-                 first AS (SELECT min(at) AS at FROM start)
-            SELECT count(*) FILTER (WHERE start.at < first.at + interval '15 seconds'),
+            WITH claim AS (
+                SELECT attempted_at AS at FROM eddyq_jobs
+                WHERE queue = 'limited' AND attempted_at IS NOT NULL
+            ), first AS (SELECT min(at) AS at FROM claim)
+            SELECT count(*) FILTER (WHERE claim.at < first.at + interval '15 seconds'),
                    (SELECT max(n) FROM (
-                        SELECT count(*) AS n FROM start AS other, start AS one
+                        SELECT count(*) AS n
+                        FROM claim AS other, (SELECT DISTINCT at FROM claim) AS one
                         WHERE other.at >= one.at AND other.at < one.at + interval '1 second'
                         GROUP BY one.at) AS windows)
-            FROM start, first
+            FROM claim, first
             """
         )
-        started, busiest_second = cursor.fetchone()
-    # A full bucket (20) at first, then 20 a second: 320 at most; and in any second, no more
-    # than the bucket and the second's refill (40), give or take the few starts a handler
-    # records a moment after its claim, in the next second.
-    assert 285 <= started <= 320
-    assert busiest_second <= 44
+        claimed, busiest_second = cursor.fetchone()
+    # A full bucket (20) at first, then 20 a second: 320 at most in 15 seconds. In any second,
+    # the bucket and the second's refill (40), give or take a pass that waited for the lock
+    # (its claims carry the time its transaction began).
+    assert 285 <= claimed <= 320
+    assert busiest_second <= 48
 
 
 def test_the_limited_claim_leaves_out_other_queues_that_had_nothing_until_told() -> None:
