@@ -242,8 +242,18 @@ _HELD_BACK_QUEUES = """SELECT name FROM eddyq_queues
                           OR concurrency IS NOT NULL
                           OR rate_limit IS NOT NULL"""
 
-# The attempt is capped so that a row written with the largest integer runs (and fails) once
-# more, instead of making every claim that meets it fail.
+# What a claim writes on each job it takes, in both claims. The attempt is capped so that a row
+# written with the largest integer runs (and fails) once more, instead of making every claim
+# that meets it fail.
+_CLAIMED_JOB = """state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)"""
+
+
 # Paused (and limited) queues are left out by NOT IN, which stays a filter on a hash of their
 # names, applied to the claim index's ordered scan: the first jobs found are the ones taken.
 # (NOT EXISTS becomes an anti-join, which the planner expects to leave almost no jobs once it
@@ -260,13 +270,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE eddyq_jobs AS job
-SET state = 'running',
-    attempt = LEAST(job.attempt, 2147483646) + 1,
-    attempted_at = now(),
-    attempted_by = %(worker_id)s,
-    heartbeat_at = now(),
-    locked_by = %(worker_id)s,
-    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+SET {claimed_job}
 FROM picked
 WHERE job.id = picked.id
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
@@ -294,7 +298,10 @@ def claim_statement(limit: int, queues: Sequence[str] | None) -> str:
     queue index answers in claim order.
     """
     return _CLAIM.format(
-        queue_filter=_queue_filter(queues), held_back_queues=_HELD_BACK_QUEUES, limit=int(limit)
+        queue_filter=_queue_filter(queues),
+        held_back_queues=_HELD_BACK_QUEUES,
+        claimed_job=_CLAIMED_JOB,
+        limit=int(limit),
     )
 
 
@@ -372,13 +379,7 @@ WITH clock AS MATERIALIZED (
     {other_picked}
 ), claimed AS (
     UPDATE eddyq_jobs AS job
-    SET state = 'running',
-        attempt = LEAST(job.attempt, 2147483646) + 1,
-        attempted_at = now(),
-        attempted_by = %(worker_id)s,
-        heartbeat_at = now(),
-        locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    SET {claimed_job}
     WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
@@ -424,7 +425,11 @@ def limited_claim_statement(
         if others
         else _NO_OTHER_PICKED
     )
-    return _LIMITED_CLAIM.format(other_picked=other_picked, limit=int(limit))
+    return _LIMITED_CLAIM.format(
+        other_picked=other_picked,
+        claimed_job=_CLAIMED_JOB.replace("\n", "\n    "),  # inside a WITH: indented once more
+        limit=int(limit),
+    )
 
 
 # Sent before a claim from any queue, in its transaction, so that the claim is planned as it
