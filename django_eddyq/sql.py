@@ -427,7 +427,7 @@ def limited_claim_statement(
     )
     return _LIMITED_CLAIM.format(
         other_picked=other_picked,
-        claimed_job=_CLAIMED_JOB.replace("\n", "\n    "),  # inside a WITH: indented once more
+        claimed_job=_CLAIMED_JOB,
         limit=int(limit),
     )
 

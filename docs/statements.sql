@@ -483,12 +483,12 @@ WITH clock AS MATERIALIZED (
 ), claimed AS (
     UPDATE eddyq_jobs AS job
     SET state = 'running',
-        attempt = LEAST(job.attempt, 2147483646) + 1,
-        attempted_at = now(),
-        attempted_by = %(worker_id)s,
-        heartbeat_at = now(),
-        locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
     WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
@@ -563,12 +563,12 @@ WITH clock AS MATERIALIZED (
 ), claimed AS (
     UPDATE eddyq_jobs AS job
     SET state = 'running',
-        attempt = LEAST(job.attempt, 2147483646) + 1,
-        attempted_at = now(),
-        attempted_by = %(worker_id)s,
-        heartbeat_at = now(),
-        locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
     WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
@@ -643,12 +643,12 @@ WITH clock AS MATERIALIZED (
 ), claimed AS (
     UPDATE eddyq_jobs AS job
     SET state = 'running',
-        attempt = LEAST(job.attempt, 2147483646) + 1,
-        attempted_at = now(),
-        attempted_by = %(worker_id)s,
-        heartbeat_at = now(),
-        locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
     WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
@@ -715,12 +715,12 @@ WITH clock AS MATERIALIZED (
 ), claimed AS (
     UPDATE eddyq_jobs AS job
     SET state = 'running',
-        attempt = LEAST(job.attempt, 2147483646) + 1,
-        attempted_at = now(),
-        attempted_by = %(worker_id)s,
-        heartbeat_at = now(),
-        locked_by = %(worker_id)s,
-        locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
     WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
