@@ -49,7 +49,7 @@ from django_eddyq.charts import activity_charts
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.exceptions import ScheduleNotFound
-from django_eddyq.limits import QueueLimits, Rate, default_burst
+from django_eddyq.limits import Limits, Rate, default_burst
 from django_eddyq.maintenance.periodic import (
     ScheduleStatus,
     periodic_schedules,
@@ -1173,7 +1173,7 @@ def limits_text(queue: Queue) -> str:
 
 class QueueLimitsForm(QueueFormBase):
     """A queue's limits as an operator writes them: empty for no limit (for the burst, the
-    default). Checked as settings are, by ``QueueLimits.from_options`` (``set_queue_limits``
+    default). Checked as settings are, by ``Limits.from_options`` (``set_queue_limits``
     checks with the same validators of ``limits.py``): a ValueError becomes the error of the
     field it names first, and the page saves nothing."""
 
@@ -1218,7 +1218,7 @@ class QueueLimitsForm(QueueFormBase):
         if data is None or not all(name in data for name in LIMIT_FIELDS):
             return data  # a field's own error says what is wrong
         try:
-            QueueLimits.from_options({name: data[name] for name in LIMIT_FIELDS})
+            Limits.from_options({name: data[name] for name in LIMIT_FIELDS})
         except ValueError as error:
             # limits.py's messages begin with the field they are about.
             field = str(error).split(" ", 1)[0]

@@ -24,7 +24,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_eddyq.durations import parse_duration
-from django_eddyq.limits import QueueLimits
+from django_eddyq.limits import Limits
 from django_eddyq.vocabulary import QUEUE_NAME_RULE, TERMINAL_STATES, is_positive_int, is_queue_name
 
 ENV_PREFIX = "EDDYQ_"
@@ -184,7 +184,7 @@ def _dotted_path_or_none(value: object, source: str) -> str | None:
     return value
 
 
-def _queues(value: object, source: str) -> dict[str, QueueLimits]:
+def _queues(value: object, source: str) -> dict[str, Limits]:
     if not isinstance(value, Mapping):
         raise ValueError(f"{source}: {value!r} is not a dict of queue names to dicts of limits")
     limits = {}
@@ -194,7 +194,7 @@ def _queues(value: object, source: str) -> dict[str, QueueLimits]:
         if not isinstance(options, Mapping):
             raise ValueError(f"{source}[{name!r}]: {options!r} is not a dict of limits")
         try:
-            limits[name] = QueueLimits.from_options(options)
+            limits[name] = Limits.from_options(options)
         except ValueError as error:
             raise ValueError(f"{source}[{name!r}]: {error}") from None
     return limits

@@ -9,7 +9,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 from django_eddyq import db, sql, tracing
 from django_eddyq.arguments import dumps, normalize_arguments, normalize_json
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.limits import WHOLE_TASK_KEY, limit_key
 from django_eddyq.signals import job_enqueued, send
 from django_eddyq.vocabulary import validate_queue_name
 
@@ -54,6 +55,7 @@ class JobSpec:
     batch_id: int | None = None
     unique_key: str | None = None
     unique_for: float | None = None  # seconds a completed job keeps its key; None: not at all
+    limit_key: str | None = None  # the key its task's limits count it under; None: no limits
 
     @classmethod
     def for_task(
@@ -76,9 +78,17 @@ class JobSpec:
         keyed = task.unique_key is not None or task.unique_for is not None
         path, priority, retention = task.path, task.priority, task.retention
         metadata = task.metadata
+        limited, key = task.limits is not None, task.key
         specs = []
         for args, kwargs in calls:
             normal_args, normal_kwargs = normalize_arguments(args, kwargs)
+            job_limit_key = None
+            if limited:
+                job_limit_key = (
+                    WHOLE_TASK_KEY
+                    if key is None
+                    else _limit_key(key, path, normal_args, normal_kwargs)
+                )
             specs.append(
                 cls(
                     task=path,
@@ -96,9 +106,22 @@ class JobSpec:
                     ),
                     unique_for=unique_for,
                     metadata=dict(metadata) if metadata else {},
+                    limit_key=job_limit_key,
                 )
             )
         return specs
+
+
+def _limit_key(
+    key: Callable[..., object], path: str, args: list[Any], kwargs: dict[str, Any]
+) -> str:
+    try:
+        value = key(*args, **kwargs)
+    except Exception as error:
+        raise TypeError(
+            f"the key of task {path} failed on args {args!r} and kwargs {kwargs!r}: {error!r}"
+        ) from error
+    return limit_key(value, task=path)
 
 
 def _unique_key(
@@ -132,11 +155,17 @@ def enqueue_calls(
 ) -> list[Job]:
     """A job of ``task`` for each ``(args, kwargs)`` of ``calls``, all of them or none.
 
-    From ``COPY_THRESHOLD`` calls (of a task whose jobs are not unique), each call's arguments
+    From ``COPY_THRESHOLD`` calls (of a task whose jobs are neither unique nor limited per key),
+    each call's arguments
     are checked as its row is written: checking, writing and the database's work overlap, and
     an invalid call rolls back the rows before it.
     """
-    if len(calls) < COPY_THRESHOLD or task.unique_key is not None or task.unique_for is not None:
+    if (
+        len(calls) < COPY_THRESHOLD
+        or task.unique_key is not None
+        or task.unique_for is not None
+        or task.limits is not None
+    ):
         return insert_jobs(JobSpec.for_calls(task, calls))
     template = JobSpec.for_task(task, (), {})
     if (spans := tracing.spans()) is not None:
@@ -170,7 +199,7 @@ def _insert_jobs(specs: Sequence[JobSpec], cursor: Any) -> list[Job]:
     touch = _queues_to_touch(
         alias, {spec.queue for spec in specs}, django_transaction=cursor is None
     )
-    if len(specs) == 1 and specs[0].unique_key is None and not touch:
+    if len(specs) == 1 and specs[0].unique_key is None and specs[0].limit_key is None and not touch:
         return _insert_one(alias, specs[0], cursor)
     params: dict[str, Any] = {
         "tasks": [spec.task for spec in specs],
@@ -185,6 +214,7 @@ def _insert_jobs(specs: Sequence[JobSpec], cursor: Any) -> list[Job]:
         "metadatas": [Jsonb(normalize_json(spec.metadata, where="metadata")) for spec in specs],
         "batch_ids": [spec.batch_id for spec in specs],
         "unique_keys": [spec.unique_key for spec in specs],
+        "limit_keys": [spec.limit_key for spec in specs],
     }
     unique = any(spec.unique_key is not None for spec in specs)
     statement = sql.INSERT_JOBS[(touch, unique)]
@@ -444,6 +474,7 @@ def _job_fields(
         "batch_id": spec.batch_id,
         "cancel_requested_at": None,
         "unique_key": unique_key,
+        "limit_key": spec.limit_key,
         "id": None,
         "args": None,
         "kwargs": None,

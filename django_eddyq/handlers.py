@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django_eddyq.durations import delay_seconds
+from django_eddyq.limits import Limits
 
 if TYPE_CHECKING:
     from django_eddyq.worker.execution import ClaimedJob, Outcome
@@ -64,6 +65,7 @@ class Handler:
     timeout: float | None
     backoff: Callable[[int], float | timedelta] | None
     hooks: AttemptHooks | None = None
+    limits: Limits | None = None  # per key: the keyed claim takes the task's jobs
     # Decided once: inspect.iscoroutinefunction costs more than calling a no-op job.
     is_async: bool = dataclasses.field(init=False)
 

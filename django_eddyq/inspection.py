@@ -239,7 +239,9 @@ def queue_counts(count_limit: int = EXACT_COUNT_LIMIT) -> dict[str, RawSQL]:
     ``count_limit + 1`` (more than the limit), and ``running_count``, their running jobs."""
     return {
         "available_count": RawSQL(
-            sql.QUEUE_AVAILABLE_JOBS, (count_limit + 1,), output_field=models.IntegerField()
+            sql.QUEUE_AVAILABLE_JOBS,
+            (count_limit + 1, count_limit + 1),
+            output_field=models.IntegerField(),
         ),
         "running_count": RawSQL(sql.QUEUE_RUNNING_JOBS, (), output_field=models.IntegerField()),
     }

@@ -1,5 +1,6 @@
-"""Flow control's vocabulary: a queue's global concurrency and its rate, as settings, the API and
-the admin write them, checked once for all of them.
+"""Flow control's vocabulary: a global concurrency and a rate, of a queue (as settings, the API
+and the admin write them) or of each key of a task (as ``@task`` declares them), checked once
+for all of them; and the keys a task's jobs are limited by.
 
 A leaf beside ``vocabulary``: importable before Django's apps are ready, as settings are read
 early. The limits are enforced by the claim (``sql.limited_claim_statement``), in the database.
@@ -91,15 +92,15 @@ def validate_concurrency(value: object) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class QueueLimits:
-    """A queue's limits, across every worker: ``concurrency`` jobs running at most, ``rate``
-    started per period at most; None for no limit."""
+class Limits:
+    """A queue's limits, or a task's per key, across every worker: ``concurrency`` jobs running
+    at most, ``rate`` started per period at most; None for no limit."""
 
     concurrency: int | None = None
     rate: Rate | None = None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, object]) -> QueueLimits:
+    def from_options(cls, options: Mapping[str, object]) -> Limits:
         """From an ``EDDYQ["QUEUES"]`` entry's options; ValueError names what is wrong."""
         unknown = set(options) - QUEUE_LIMIT_KEYS
         if unknown:
@@ -111,6 +112,32 @@ class QueueLimits:
             concurrency=validate_concurrency(options.get("concurrency")),
             rate=None if rate is None else parse_rate(rate, options.get("burst")),
         )
+
+    def __bool__(self) -> bool:
+        return self.concurrency is not None or self.rate is not None
+
+
+#: The longest limit key, in characters: keys are indexed, and name a rate's bucket.
+MAX_KEY_LENGTH = 200
+#: The key of a task limited as a whole (declared without ``key=``): one key for all its jobs.
+WHOLE_TASK_KEY = ""
+
+
+def limit_key(value: object, *, task: str) -> str:
+    """The stored form of what a task's ``key`` function returned: a string or an integer, as
+    text. TypeError or ValueError names the task and what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(
+            f"the key of task {task} must be a string or an integer, not {type(value).__name__}"
+        )
+    text = str(value)
+    if len(text) > MAX_KEY_LENGTH:
+        raise ValueError(
+            f"the key of task {task} is {len(text)} characters long, more than {MAX_KEY_LENGTH}"
+        )
+    if "\x00" in text:
+        raise ValueError(f"the key of task {task} holds a NUL character, which text cannot")
+    return text
 
 
 def _period_text(seconds: float) -> str:

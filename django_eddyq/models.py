@@ -129,6 +129,16 @@ class Job(models.Model):
         help_text=_("While set, no other job with this key can be enqueued."),
     )
 
+    # NULL for the jobs of tasks without per-key limits, which the plain claim takes.
+    limit_key = models.TextField(  # noqa: DJ001
+        _("limit key"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "The key its task's limits count it under; empty when the task is limited as a whole."
+        ),
+    )
+
     # Every row, expired or not: for maintenance and forensics.
     all_objects = QueueDatabaseManager()
     # Jobs past their retention deadline are invisible, with the cleaner's boundary.
@@ -162,13 +172,15 @@ class Job(models.Model):
         ]
         indexes: ClassVar[list[models.Index]] = [
             # The claim reads available jobs in priority then run_at order straight off an
-            # index: across all queues, or within the queues a worker was given.
+            # index: across all queues, or within the queues a worker was given. Jobs with a
+            # limit key are left to the keyed claim, and out of these indexes, so that no
+            # plain claim reads past a key's backlog held back by its limit.
             models.Index(
                 models.F("priority").desc(),
                 "run_at",
                 "id",
                 name="eddyq_jobs_claim_idx",
-                condition=Q(state=JobState.AVAILABLE),
+                condition=Q(state=JobState.AVAILABLE, limit_key__isnull=True),
             ),
             models.Index(
                 "queue",
@@ -176,7 +188,26 @@ class Job(models.Model):
                 "run_at",
                 "id",
                 name="eddyq_jobs_queue_claim_idx",
-                condition=Q(state=JobState.AVAILABLE),
+                condition=Q(state=JobState.AVAILABLE, limit_key__isnull=True),
+            ),
+            # The keyed claim walks the keys of each queue one index probe each (the first
+            # entry of a (queue, task, key) is that key's next job there), and counts the jobs
+            # running per key; the queue's keyed jobs are counted along it.
+            models.Index(
+                "queue",
+                "task",
+                "limit_key",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="eddyq_jobs_keyed_claim_idx",
+                condition=Q(state=JobState.AVAILABLE, limit_key__isnull=False),
+            ),
+            models.Index(
+                "task",
+                "limit_key",
+                name="eddyq_jobs_keyed_running_idx",
+                condition=Q(state=JobState.RUNNING, limit_key__isnull=False),
             ),
             # The scheduler promotes due scheduled and retryable jobs.
             models.Index(
@@ -373,9 +404,13 @@ class RateBucket(models.Model):
     advisory lock: a table of its own, so that no other writer of the queue's row (an enqueue
     touches it in its own transaction) ever holds up a claim. No row: a full bucket."""
 
-    name = models.CharField(_("limit"), max_length=200, primary_key=True)
+    # A queue's name, or "task:<path>:<key>" for a key of a task (queue names hold no colon).
+    name = models.TextField(_("limit"), primary_key=True)
     tokens = models.FloatField(_("tokens"))
     refilled_at = models.DateTimeField(_("counted at"))
+    # When the bucket is full again, no row then meaning the same: the queue cleaner deletes
+    # the rows past it, so that keys used once do not pile up.
+    full_at = models.DateTimeField(_("full at"), null=True, blank=True)
 
     objects = QueueDatabaseManager()
 

@@ -15,7 +15,7 @@ from django_eddyq import sql
 from django_eddyq.arguments import loads
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
-from django_eddyq.limits import QueueLimits, Rate
+from django_eddyq.limits import Limits, Rate
 from django_eddyq.retention import parse_retention
 from django_eddyq.vocabulary import (
     TERMINAL_STATES,
@@ -102,14 +102,14 @@ def set_queue_limits(
     concurrency: int | None = None,
     rate: str | Rate | None = None,
     burst: int | None = None,
-) -> QueueLimits:
+) -> Limits:
     """Limit the queue ``name`` across every worker: at most ``concurrency`` of its jobs
     running, at most ``rate`` ("100/m") started per period, ``burst`` at once at most (by
     default a second's worth of the rate); None lifts a limit. Its row is created if needed;
     workers follow within a poll interval, without restarting. Returns the limits set.
     ValueError names what is wrong, and nothing is changed."""
     validate_queue_name(name)
-    limits = QueueLimits.from_options({"concurrency": concurrency, "rate": rate, "burst": burst})
+    limits = Limits.from_options({"concurrency": concurrency, "rate": rate, "burst": burst})
     with connections[eddyq_settings.DATABASE].cursor() as cursor:
         cursor.execute(
             sql.SET_QUEUE_LIMITS,

@@ -19,6 +19,7 @@ from django.utils.module_loading import autodiscover_modules
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.handlers import Handler
+from django_eddyq.limits import Limits
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +67,15 @@ def lookup(path: str) -> Declared:
 def handler(path: str) -> Handler:
     """How to run a job of the task declared as ``path``; ``TaskNotFound`` if none is."""
     return lookup(path).handler
+
+
+def limited_tasks() -> dict[str, Limits]:
+    """The declared tasks limited per key, by path, with their limits: the keyed claim's."""
+    return {
+        path: declared.handler.limits
+        for path, declared in _declared.items()
+        if declared.handler.limits is not None
+    }
 
 
 def discover() -> None:

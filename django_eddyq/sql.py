@@ -65,8 +65,8 @@ _TOUCH_QUEUES = """
 """
 
 # Jobs given as arrays, an element each: enqueue_many below COPY's threshold, and an enqueue
-# with a unique key or whose queue row is due for a touch. {touch_queues} is _TOUCH_QUEUES or
-# nothing, {on_conflict} skips the jobs whose unique key is held, or is nothing.
+# with a unique key or a limit key, or whose queue row is due for a touch. {touch_queues} is
+# _TOUCH_QUEUES or nothing, {on_conflict} skips the jobs whose unique key is held, or is nothing.
 _INSERT_JOBS = """
 WITH input AS (
     SELECT *, COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
@@ -74,19 +74,20 @@ WITH input AS (
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
         %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
-        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[], %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
-        metadata, batch_id, unique_key, position
+        metadata, batch_id, unique_key, limit_key, position
     )
 ){touch_queues}, inserted AS (
     INSERT INTO eddyq_jobs (
         task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata, batch_id, unique_key
+        errors, retention, metadata, batch_id, unique_key, limit_key
     )
     SELECT task, args, kwargs, queue, priority,
            CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
-           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key,
+           limit_key
     FROM input
     ORDER BY position
     {on_conflict}
@@ -263,7 +264,7 @@ _CLAIMED_JOB = """state = 'running',
 _CLAIM = """
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' {queue_filter}
+    WHERE state = 'available' AND limit_key IS NULL {queue_filter}
       AND queue NOT IN ({held_back_queues})
     ORDER BY priority DESC, run_at, id
     LIMIT {limit}
@@ -334,10 +335,10 @@ FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limi
 # claims), and written back less the jobs taken. The jobs picked are looked up by id in an
 # array: joined to the picks, whose LIMIT is an expression, the update read the whole table.
 _LIMITED_CLAIM = """
-WITH clock AS MATERIALIZED (
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
-    SELECT queue.name, refill.tokens,
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
                    {limit},
@@ -368,33 +369,39 @@ WITH clock AS MATERIALIZED (
     FROM allowance
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND queue = allowance.name
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
         ORDER BY priority DESC, run_at, id
         LIMIT allowance.allowed
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
     SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT {limit}
-), other_picked AS (
+){keyed_picked}, other_picked AS (
     {other_picked}
 ), claimed AS (
     UPDATE eddyq_jobs AS job
     SET {claimed_job}
-    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
-              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
 ), spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           {full_at}
     FROM allowance
     CROSS JOIN clock
-    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
-      ON taken.queue = allowance.name
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
     WHERE allowance.tokens IS NOT NULL
     ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
-)
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+){key_spent}
 SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
        created
 FROM claimed
@@ -402,20 +409,152 @@ FROM claimed
 
 
 _OTHER_PICKED = """SELECT id FROM eddyq_jobs
-    WHERE state = 'available' {queue_filter}
+    WHERE state = 'available' AND limit_key IS NULL {queue_filter}
       AND queue NOT IN ({held_back_queues})
     ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(
+        {limit} - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
     FOR UPDATE SKIP LOCKED"""
 _NO_OTHER_PICKED = "SELECT NULL::bigint AS id WHERE false"
 
+# When a bucket a claim took from is full again: the tokens it lacks, at its rate.
+_BUCKET_FULL_AT = """clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )"""
+
+# The jobs of tasks limited per key (docs/flow-control.md): each such task's limits come as
+# parallel arrays, from the worker's registry (the code, not a row, declares them). The keys
+# with an available job are walked one index probe each ({key_heads}), the first entry of
+# eddyq_jobs_keyed_claim_idx past the previous (queue, task, key) being the next one's next job:
+# a key's backlog, however long, is never read past. Each key with room (its concurrency less
+# its running jobs, in any queue; its bucket's whole tokens) offers its next jobs; the best of
+# them, in claim order, are taken, and the buckets of the keys taken from are written back,
+# named "task:<path>:<key>".
+_KEYED_PICKED = """
+, task_limit AS MATERIALIZED (
+    SELECT * FROM unnest(
+        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
+        %(key_period)s::float8[], %(key_burst)s::integer[]
+    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
+), {key_heads}, key_head AS (
+    SELECT DISTINCT ON (head.task, head.limit_key) head.*
+    FROM key_heads AS head
+    WHERE head.task IN (SELECT task FROM task_limit)
+      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
+), key_running AS MATERIALIZED (
+    SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
+    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
+    GROUP BY task, limit_key
+), key_allowance AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               {limit},
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), {limit}),
+               COALESCE(floor(refill.tokens), {limit})
+           )::integer AS allowed
+    FROM key_head AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
+), key_chosen AS (
+    SELECT queue, task, limit_key, allowed FROM key_allowance
+    WHERE allowed >= 1
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+), keyed AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM key_chosen
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_chosen.queue
+              AND task = key_chosen.task AND limit_key = key_chosen.limit_key
+        ORDER BY priority DESC, run_at, id
+        LIMIT key_chosen.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), keyed_picked AS (
+    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+)"""
+_NO_KEYED_PICKED = """
+, keyed_picked AS (
+    SELECT NULL::bigint AS id WHERE false
+)"""
+_KEY_SPENT = """, key_spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           {full_at}
+    FROM key_allowance AS allowance
+    CROSS JOIN clock
+    JOIN (
+        SELECT task, limit_key, count(*) AS jobs FROM claimed
+        WHERE limit_key IS NOT NULL GROUP BY task, limit_key
+    ) AS taken ON taken.task = allowance.task AND taken.limit_key = allowance.limit_key
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+)"""
+# The first job of each (queue, task, key) with available jobs, of any queue.
+_KEY_HEADS_ANY_QUEUE = """key_heads AS (
+    (SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+     WHERE state = 'available' AND limit_key IS NOT NULL
+     ORDER BY queue, task, limit_key, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.* FROM key_heads AS previous
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL
+          AND (queue, task, limit_key) > (previous.queue, previous.task, previous.limit_key)
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS next
+)"""
+# The same, of the worker's queues (%(queues)s): a walk of each, never reading another's jobs.
+_KEY_HEADS_FROM_QUEUES = """key_heads AS (
+    SELECT first.* FROM unnest(%(queues)s::text[]) AS served(queue)
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = served.queue
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS first
+    UNION ALL
+    SELECT next.* FROM key_heads AS previous
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = previous.queue
+          AND (task, limit_key) > (previous.task, previous.limit_key)
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS next
+)"""
+
 
 def limited_claim_statement(
-    limit: int, queues: Sequence[str] | None, *, others: bool = True
+    limit: int, queues: Sequence[str] | None, *, others: bool = True, keyed: bool = False
 ) -> str:
     """The claim of up to ``limit`` jobs when some of the worker's queues are limited (sent as
-    ``%(limited)s``, after ``LOCK_LIMITS``): see ``claim_statement`` for the rest. Without
-    ``others``, from the limited queues only."""
+    ``%(limited)s``, after ``LOCK_LIMITS``), or some of its tasks are limited per key
+    (``keyed``, their limits sent as ``%(keyed_tasks)s`` and the like): see ``claim_statement``
+    for the rest. Without ``others``, from the limited queues and keys only."""
     other_picked = (
         _OTHER_PICKED.format(
             queue_filter=_queue_filter(queues),
@@ -425,8 +564,19 @@ def limited_claim_statement(
         if others
         else _NO_OTHER_PICKED
     )
+    keyed_picked = (
+        _KEYED_PICKED.format(
+            key_heads=_KEY_HEADS_ANY_QUEUE if queues is None else _KEY_HEADS_FROM_QUEUES,
+            limit=int(limit),
+        )
+        if keyed
+        else _NO_KEYED_PICKED
+    )
     return _LIMITED_CLAIM.format(
+        keyed_picked=keyed_picked,
         other_picked=other_picked,
+        key_spent=_KEY_SPENT.format(full_at=_BUCKET_FULL_AT) if keyed else "",
+        full_at=_BUCKET_FULL_AT,
         claimed_job=_CLAIMED_JOB,
         limit=int(limit),
     )
@@ -465,8 +615,8 @@ LIMITED_CLAIM_WITHOUT_SORT = (
 # the same statement: the charts read the counts, never the finished jobs, and the pass sends
 # no statement more. A job handed back (available again) has no outcome to count.
 # It wakes the workers of the queues that got available jobs, and of the queues with a
-# concurrency limit whose jobs ended: a slot of theirs is free, which another worker may be
-# waiting for.
+# concurrency limit, or jobs with a limit key, whose jobs ended: a slot of theirs is free, which
+# another worker may be waiting for.
 FINISH_JOBS = f"""
 WITH outcome AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
@@ -495,7 +645,7 @@ WITH outcome AS (
       AND (job.state = 'running') IS TRUE
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
-    RETURNING job.id, job.state, job.queue
+    RETURNING job.id, job.state, job.queue, job.limit_key
 ), counted AS (
     INSERT INTO eddyq_activity AS activity (
         minute, queue, source, completed, failed, retried, cancelled, snoozed
@@ -515,6 +665,7 @@ SELECT id, state, (
     FROM (
         SELECT DISTINCT queue FROM finished
         WHERE state = 'available'
+           OR limit_key IS NOT NULL
            OR queue IN (SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL)
     ) AS woken
 ) FROM finished
@@ -888,6 +1039,13 @@ WHERE last_seen_at
          AT TIME ZONE 'UTC'
 """
 
+# Rate buckets full again: no row means a full bucket, so the keys of a task limited per key
+# (one bucket each) do not pile up. A claim that refills a bucket meanwhile writes it a later
+# full_at, which this delete re-reads before it deletes the row.
+DELETE_FULL_RATE_BUCKETS = """
+DELETE FROM eddyq_rate_buckets WHERE full_at <= COALESCE(%(now)s::timestamptz, now())
+"""
+
 # A queue's limits (limits.py), its row created if needed. A changed rate starts from a full
 # bucket (its row deleted); an unchanged one (a worker applying EDDYQ["QUEUES"] as it starts)
 # keeps the bucket it has.
@@ -933,7 +1091,8 @@ WITH stale AS (
       AND NOT EXISTS (
           SELECT 1 FROM eddyq_jobs AS job
           WHERE job.queue = stale_queue.name
-            AND (job.state = 'available'
+            AND ((job.state = 'available' AND job.limit_key IS NULL)
+                 OR (job.state = 'available' AND job.limit_key IS NOT NULL)
                  OR job.state IN ('scheduled', 'retryable')
                  OR job.state = 'running')
       )
@@ -1186,14 +1345,20 @@ def state_counts_statement(expired: Mapping[str, str]) -> str:
     )
 
 
-# A queue's available jobs, counted up to a limit (%s) along eddyq_jobs_queue_claim_idx, and
+# A queue's available jobs, counted up to a limit (%s, given twice) along
+# eddyq_jobs_queue_claim_idx and eddyq_jobs_keyed_claim_idx (the jobs with a limit key), and
 # its running jobs, along eddyq_jobs_lease_idx (no more than the fleet runs at once): for the
 # row of eddyq_queues a query of Django's reads (the overview above the job list, the queue
 # list), which annotates it with them.
 QUEUE_AVAILABLE_JOBS = """
-SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                      WHERE job.state = 'available' AND job.queue = eddyq_queues.name
-                      LIMIT %s) AS available
+SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                              WHERE job.state = 'available' AND job.limit_key IS NULL
+                                AND job.queue = eddyq_queues.name
+                              LIMIT %s) AS available)
+       + (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                WHERE job.state = 'available' AND job.limit_key IS NOT NULL
+                                  AND job.queue = eddyq_queues.name
+                                LIMIT %s) AS keyed)
 """
 QUEUE_RUNNING_JOBS = """
 SELECT count(*) FROM eddyq_jobs AS job
@@ -1222,17 +1387,19 @@ SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
 # Health and latency: eddyq_health's probes and the latency gauge (inspection.queue_latencies).
 
 # Per queue, how long its oldest due available job has waited: seconds since its run_at, by the
-# database's clock. Queues without a due available job have no row. Never a read of every
-# available job: eddyq_jobs_queue_claim_idx (queue, priority DESC, run_at, id) holds each
-# (queue, priority) pair's jobs oldest first, so a skip scan of the pairs (the recursion) reads
-# the first entry of each, one or two index probes per pair (the next priority of the same queue,
-# else the first of the next queue; the LIMIT 1 stops at the first that finds one), and a queue's
-# oldest job is the oldest of its pairs' firsts. The epochs are subtracted, not the timestamps:
+# database's clock. Queues without a due available job have no row. The jobs with a limit key
+# are left out: they wait for their key's limit by design, and no index holds them in priority
+# and run_at order per queue. Never a read of every available job: eddyq_jobs_queue_claim_idx
+# (queue, priority DESC, run_at, id) holds each (queue, priority) pair's jobs oldest first, so a
+# skip scan of the pairs (the recursion) reads the first entry of each, one or two index probes
+# per pair (the next priority of the same queue, else the first of the next queue; the LIMIT 1
+# stops at the first that finds one), and a queue's oldest job is the oldest of its pairs'
+# firsts. The epochs are subtracted, not the timestamps:
 # PostgreSQL before 17 cannot subtract a run_at of -infinity, whose wait is Infinity here.
 QUEUE_LATENCY = """
 WITH RECURSIVE firsts(queue, priority, run_at) AS (
     (SELECT queue, priority, run_at FROM eddyq_jobs
-     WHERE state = 'available'
+     WHERE state = 'available' AND limit_key IS NULL
      ORDER BY queue, priority DESC, run_at, id
      LIMIT 1)
     UNION ALL
@@ -1240,13 +1407,13 @@ WITH RECURSIVE firsts(queue, priority, run_at) AS (
     FROM firsts AS previous
     CROSS JOIN LATERAL (
         (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
-         WHERE job.state = 'available' AND job.queue = previous.queue
+         WHERE job.state = 'available' AND job.limit_key IS NULL AND job.queue = previous.queue
            AND job.priority < previous.priority
          ORDER BY job.priority DESC, job.run_at, job.id
          LIMIT 1)
         UNION ALL
         (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
-         WHERE job.state = 'available' AND job.queue > previous.queue
+         WHERE job.state = 'available' AND job.limit_key IS NULL AND job.queue > previous.queue
          ORDER BY job.queue, job.priority DESC, job.run_at, job.id
          LIMIT 1)
         LIMIT 1
@@ -1268,7 +1435,8 @@ ORDER BY queue
 #   (jobs 1) or not, so that every queue has its gauges, at zero when it has no jobs.
 # - 'latency': QUEUE_LATENCY's rows, how long each queue's oldest due available job has waited.
 # - 'available': each of those queues' available jobs, counted along eddyq_jobs_queue_claim_idx
-#   up to %(limit)s (one more than what is counted exactly), index-only once vacuum has passed.
+#   and eddyq_jobs_keyed_claim_idx up to %(limit)s each (one more than what is counted
+#   exactly), index-only once vacuum has passed.
 # - 'sampled': the other states' jobs per queue and state, from at most %(limit)s running jobs
 #   (eddyq_jobs_lease_idx), %(limit)s scheduled or retryable ones, the soonest due
 #   (eddyq_jobs_due_idx), and %(sample)s of each terminal state, the latest finalized
@@ -1310,8 +1478,13 @@ FROM ({QUEUE_LATENCY}) AS latency(queue, seconds)
 UNION ALL
 SELECT 'available', queues.name, 'available',
        (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                              WHERE job.state = 'available' AND job.queue = queues.name
-                              LIMIT %(limit)s) AS counted),
+                              WHERE job.state = 'available' AND job.limit_key IS NULL
+                                AND job.queue = queues.name
+                              LIMIT %(limit)s) AS counted)
+       + (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                WHERE job.state = 'available' AND job.limit_key IS NOT NULL
+                                  AND job.queue = queues.name
+                                LIMIT %(limit)s) AS keyed),
        NULL
 FROM queues
 UNION ALL
@@ -1348,18 +1521,28 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true),
 # read and delete below by a range of minutes.
 
 # Each queue's available jobs (of the first %(queue_limit)s queues by name), counted along
-# eddyq_jobs_queue_claim_idx up to %(limit)s, written as the sampler's row of the minute. Past
-# the limit a queue's depth is an estimate, as the gauges make it: the planner's estimate of
-# the available jobs (pg_stats' most common values times pg_class.reltuples) beyond those
-# counted exactly, shared evenly by the queues past the limit, each at least %(limit)s + 1.
+# eddyq_jobs_queue_claim_idx and eddyq_jobs_keyed_claim_idx up to %(limit)s, written as the
+# sampler's row of the minute. Past the limit a queue's depth is an estimate, as the gauges make
+# it: the planner's estimate of the available jobs (pg_stats' most common values times
+# pg_class.reltuples) beyond those counted exactly, shared evenly by the queues past the limit,
+# each at least %(limit)s + 1.
 SAMPLE_QUEUE_DEPTH = """
 WITH queues AS MATERIALIZED (
     SELECT name FROM eddyq_queues ORDER BY name LIMIT %(queue_limit)s
 ), counted AS MATERIALIZED (
     SELECT queues.name,
-           (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                                  WHERE job.state = 'available' AND job.queue = queues.name
-                                  LIMIT %(limit)s + 1) AS available) AS available
+           LEAST(
+               (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                      WHERE job.state = 'available' AND job.limit_key IS NULL
+                                        AND job.queue = queues.name
+                                      LIMIT %(limit)s + 1) AS available)
+               + (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                        WHERE job.state = 'available'
+                                          AND job.limit_key IS NOT NULL
+                                          AND job.queue = queues.name
+                                        LIMIT %(limit)s + 1) AS keyed),
+               %(limit)s + 1
+           ) AS available
     FROM queues
 ), estimate AS (
     SELECT round(mcv.frequency * class.reltuples)::bigint AS available

@@ -19,6 +19,7 @@ from django_eddyq.arguments import normalize_json
 from django_eddyq.durations import MAX_DELAY, parse_duration
 from django_eddyq.enqueue import JobSpec, enqueue_calls, insert_jobs
 from django_eddyq.handlers import Handler
+from django_eddyq.limits import Limits
 from django_eddyq.retention import parse_retention
 from django_eddyq.vocabulary import validate_positive_int, validate_priority, validate_queue_name
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from django_eddyq.models import Job
 
 type Backoff = Callable[[int], float | timedelta]
+#: Computes a job's limit key from its arguments (as JSON gives them back): a str or an int.
+type KeyFunction = Callable[..., str | int]
 
 #: Tasks declared with ``@task(cron=...)``, by path: the periodic enqueuer's schedules.
 SCHEDULED_TASKS: dict[str, Task[..., Any]] = {}
@@ -63,6 +66,8 @@ class Task[**P, R]:
     unique_for: timedelta | None = None
     unique_key: str | None = None
     metadata: Mapping[str, Any] | None = None
+    limits: Limits | None = None  # per key, across every worker
+    key: KeyFunction | None = None  # None with limits: the task is limited as a whole
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -74,6 +79,12 @@ class Task[**P, R]:
             validate_run_at(self.run_at)
         if self.cron is not None:
             validate_cron(self.cron)
+        if self.key is not None and not self.limits:
+            raise ValueError(
+                f"task {self.path} has a key but no limit: give concurrency= or rate= with it"
+            )
+        if self.key is not None and not callable(self.key):
+            raise TypeError(f"the key of task {self.path} must be a function of its arguments")
 
     @property
     def path(self) -> str:
@@ -202,6 +213,10 @@ def task[**P, R](
     retention: Mapping[str, object] | None = None,
     cron: str | None = None,
     unique_for: str | float | timedelta | None = None,
+    concurrency: int | None = None,
+    rate: str | None = None,
+    burst: int | None = None,
+    key: KeyFunction | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -217,6 +232,10 @@ def task[**P, R](
     retention: Mapping[str, object] | None = None,
     cron: str | None = None,
     unique_for: str | float | timedelta | None = None,
+    concurrency: int | None = None,
+    rate: str | None = None,
+    burst: int | None = None,
+    key: KeyFunction | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``.
 
@@ -225,10 +244,19 @@ def task[**P, R](
     it with the same arguments and queue as a job that is unfinished, or completed within the
     last hour, returns that job instead of inserting another.
 
+    ``concurrency=1`` and ``rate="10/s"`` (with ``burst``) limit its jobs across every worker,
+    per key: ``key=lambda customer_id, **_: customer_id`` computes a job's key from its
+    arguments as it is enqueued (without ``key``, the task is limited as a whole). See
+    docs/flow-control.md.
+
     Declaring a task registers it under its path: workers run the jobs of registered tasks only.
     """
 
     def wrap(func: Callable[P, R]) -> Task[P, R]:
+        try:
+            limits = Limits.from_options({"concurrency": concurrency, "rate": rate, "burst": burst})
+        except ValueError as error:
+            raise ValueError(f"task {func.__module__}.{func.__qualname__}: {error}") from None
         new = Task(
             func=func,
             queue=queue,
@@ -241,6 +269,8 @@ def task[**P, R](
             unique_for=(
                 None if unique_for is None else parse_duration(unique_for, name="unique_for")
             ),
+            limits=limits or None,
+            key=key,
         )
         registry.declare(
             new.path,
@@ -249,6 +279,7 @@ def task[**P, R](
                 func=func,
                 timeout=None if new.timeout is None else new.timeout.total_seconds(),
                 backoff=new.backoff,
+                limits=new.limits,
             ),
         )
         if cron is not None:

@@ -44,19 +44,20 @@ WITH input AS (
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
         %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
-        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[], %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
-        metadata, batch_id, unique_key, position
+        metadata, batch_id, unique_key, limit_key, position
     )
 ), inserted AS (
     INSERT INTO eddyq_jobs (
         task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata, batch_id, unique_key
+        errors, retention, metadata, batch_id, unique_key, limit_key
     )
     SELECT task, args, kwargs, queue, priority,
            CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
-           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key,
+           limit_key
     FROM input
     ORDER BY position
     
@@ -79,19 +80,20 @@ WITH input AS (
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
         %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
-        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[], %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
-        metadata, batch_id, unique_key, position
+        metadata, batch_id, unique_key, limit_key, position
     )
 ), inserted AS (
     INSERT INTO eddyq_jobs (
         task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata, batch_id, unique_key
+        errors, retention, metadata, batch_id, unique_key, limit_key
     )
     SELECT task, args, kwargs, queue, priority,
            CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
-           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key,
+           limit_key
     FROM input
     ORDER BY position
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -114,10 +116,10 @@ WITH input AS (
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
         %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
-        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[], %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
-        metadata, batch_id, unique_key, position
+        metadata, batch_id, unique_key, limit_key, position
     )
 )
 , created_queues AS (
@@ -135,11 +137,12 @@ WITH input AS (
 , inserted AS (
     INSERT INTO eddyq_jobs (
         task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata, batch_id, unique_key
+        errors, retention, metadata, batch_id, unique_key, limit_key
     )
     SELECT task, args, kwargs, queue, priority,
            CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
-           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key,
+           limit_key
     FROM input
     ORDER BY position
     
@@ -162,10 +165,10 @@ WITH input AS (
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
         %(delays)s::float8[], %(retentions)s::jsonb[], %(metadatas)s::jsonb[],
-        %(batch_ids)s::bigint[], %(unique_keys)s::text[]
+        %(batch_ids)s::bigint[], %(unique_keys)s::text[], %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, retention,
-        metadata, batch_id, unique_key, position
+        metadata, batch_id, unique_key, limit_key, position
     )
 )
 , created_queues AS (
@@ -183,11 +186,12 @@ WITH input AS (
 , inserted AS (
     INSERT INTO eddyq_jobs (
         task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata, batch_id, unique_key
+        errors, retention, metadata, batch_id, unique_key, limit_key
     )
     SELECT task, args, kwargs, queue, priority,
            CASE WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
-           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key
+           0, max_attempts, due_at, now(), '[]'::jsonb, retention, metadata, batch_id, unique_key,
+           limit_key
     FROM input
     ORDER BY position
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -265,7 +269,7 @@ SELECT set_config('enable_sort', 'off', true)
 -- sql.claim_statement (limit 1, any queue)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' 
+    WHERE state = 'available' AND limit_key IS NULL 
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
@@ -291,7 +295,7 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 -- sql.claim_statement (limit 1, one queue)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
+    WHERE state = 'available' AND limit_key IS NULL AND queue = (%(queues)s::text[])[1]
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
@@ -317,7 +321,7 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 -- sql.claim_statement (limit 1, several queues)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+    WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
@@ -343,7 +347,7 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 -- sql.claim_statement (limit 16, any queue)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' 
+    WHERE state = 'available' AND limit_key IS NULL 
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
@@ -369,7 +373,7 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 -- sql.claim_statement (limit 16, one queue)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
+    WHERE state = 'available' AND limit_key IS NULL AND queue = (%(queues)s::text[])[1]
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
@@ -395,7 +399,7 @@ RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
 -- sql.claim_statement (limit 16, several queues)
 WITH picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+    WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
@@ -429,10 +433,10 @@ FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limi
 SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)
 
 -- sql.limited_claim_statement (limit 16, any queue)
-WITH clock AS MATERIALIZED (
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
-    SELECT queue.name, refill.tokens,
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
                    16,
@@ -463,22 +467,27 @@ WITH clock AS MATERIALIZED (
     FROM allowance
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND queue = allowance.name
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
         ORDER BY priority DESC, run_at, id
         LIMIT allowance.allowed
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
     SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, keyed_picked AS (
+    SELECT NULL::bigint AS id WHERE false
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' 
+    WHERE state = 'available' AND limit_key IS NULL 
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(
+        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE eddyq_jobs AS job
@@ -489,30 +498,39 @@ WITH clock AS MATERIALIZED (
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
-              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
 ), spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
     FROM allowance
     CROSS JOIN clock
-    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
-      ON taken.queue = allowance.name
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
     WHERE allowance.tokens IS NOT NULL
     ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )
 SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
        created
 FROM claimed
 
 -- sql.limited_claim_statement (limit 16, one queue)
-WITH clock AS MATERIALIZED (
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
-    SELECT queue.name, refill.tokens,
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
                    16,
@@ -543,22 +561,27 @@ WITH clock AS MATERIALIZED (
     FROM allowance
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND queue = allowance.name
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
         ORDER BY priority DESC, run_at, id
         LIMIT allowance.allowed
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
     SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, keyed_picked AS (
+    SELECT NULL::bigint AS id WHERE false
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND queue = (%(queues)s::text[])[1]
+    WHERE state = 'available' AND limit_key IS NULL AND queue = (%(queues)s::text[])[1]
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(
+        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE eddyq_jobs AS job
@@ -569,30 +592,39 @@ WITH clock AS MATERIALIZED (
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
-              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
 ), spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
     FROM allowance
     CROSS JOIN clock
-    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
-      ON taken.queue = allowance.name
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
     WHERE allowance.tokens IS NOT NULL
     ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )
 SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
        created
 FROM claimed
 
 -- sql.limited_claim_statement (limit 16, several queues)
-WITH clock AS MATERIALIZED (
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
-    SELECT queue.name, refill.tokens,
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
                    16,
@@ -623,22 +655,27 @@ WITH clock AS MATERIALIZED (
     FROM allowance
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND queue = allowance.name
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
         ORDER BY priority DESC, run_at, id
         LIMIT allowance.allowed
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
     SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, keyed_picked AS (
+    SELECT NULL::bigint AS id WHERE false
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND queue = ANY(%(queues)s::text[])
+    WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
       AND queue NOT IN (SELECT name FROM eddyq_queues
                        WHERE paused_at IS NOT NULL
                           OR concurrency IS NOT NULL
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(
+        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE eddyq_jobs AS job
@@ -649,30 +686,39 @@ WITH clock AS MATERIALIZED (
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
-              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
 ), spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
     FROM allowance
     CROSS JOIN clock
-    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
-      ON taken.queue = allowance.name
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
     WHERE allowance.tokens IS NOT NULL
     ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )
 SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
        created
 FROM claimed
 
 -- sql.limited_claim_statement (limit 16, limited queues only)
-WITH clock AS MATERIALIZED (
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
-    SELECT queue.name, refill.tokens,
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
                    16,
@@ -703,13 +749,16 @@ WITH clock AS MATERIALIZED (
     FROM allowance
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND queue = allowance.name
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
         ORDER BY priority DESC, run_at, id
         LIMIT allowance.allowed
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
     SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, keyed_picked AS (
+    SELECT NULL::bigint AS id WHERE false
 ), other_picked AS (
     SELECT NULL::bigint AS id WHERE false
 ), claimed AS (
@@ -721,20 +770,394 @@ WITH clock AS MATERIALIZED (
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    WHERE job.id = ANY(ARRAY(SELECT id FROM limited_picked UNION ALL SELECT id FROM other_picked))
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
     RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
               extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
-              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
 ), spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
     FROM allowance
     CROSS JOIN clock
-    JOIN (SELECT queue, count(*) AS jobs FROM claimed GROUP BY queue) AS taken
-      ON taken.queue = allowance.name
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
     WHERE allowance.tokens IS NOT NULL
     ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+
+-- sql.limited_claim_statement (limit 16, any queue, keyed)
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, task_limit AS MATERIALIZED (
+    SELECT * FROM unnest(
+        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
+        %(key_period)s::float8[], %(key_burst)s::integer[]
+    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
+), key_heads AS (
+    (SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+     WHERE state = 'available' AND limit_key IS NOT NULL
+     ORDER BY queue, task, limit_key, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.* FROM key_heads AS previous
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL
+          AND (queue, task, limit_key) > (previous.queue, previous.task, previous.limit_key)
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS next
+), key_head AS (
+    SELECT DISTINCT ON (head.task, head.limit_key) head.*
+    FROM key_heads AS head
+    WHERE head.task IN (SELECT task FROM task_limit)
+      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
+), key_running AS MATERIALIZED (
+    SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
+    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
+    GROUP BY task, limit_key
+), key_allowance AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               16,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
+               COALESCE(floor(refill.tokens), 16)
+           )::integer AS allowed
+    FROM key_head AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
+), key_chosen AS (
+    SELECT queue, task, limit_key, allowed FROM key_allowance
+    WHERE allowed >= 1
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+), keyed AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM key_chosen
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_chosen.queue
+              AND task = key_chosen.task AND limit_key = key_chosen.limit_key
+        ORDER BY priority DESC, run_at, id
+        LIMIT key_chosen.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), keyed_picked AS (
+    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND limit_key IS NULL 
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(
+        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+), key_spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
+    FROM key_allowance AS allowance
+    CROSS JOIN clock
+    JOIN (
+        SELECT task, limit_key, count(*) AS jobs FROM claimed
+        WHERE limit_key IS NOT NULL GROUP BY task, limit_key
+    ) AS taken ON taken.task = allowance.task AND taken.limit_key = allowance.limit_key
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+
+-- sql.limited_claim_statement (limit 16, given queues, keyed)
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, task_limit AS MATERIALIZED (
+    SELECT * FROM unnest(
+        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
+        %(key_period)s::float8[], %(key_burst)s::integer[]
+    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
+), key_heads AS (
+    SELECT first.* FROM unnest(%(queues)s::text[]) AS served(queue)
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = served.queue
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS first
+    UNION ALL
+    SELECT next.* FROM key_heads AS previous
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = previous.queue
+          AND (task, limit_key) > (previous.task, previous.limit_key)
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS next
+), key_head AS (
+    SELECT DISTINCT ON (head.task, head.limit_key) head.*
+    FROM key_heads AS head
+    WHERE head.task IN (SELECT task FROM task_limit)
+      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
+), key_running AS MATERIALIZED (
+    SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
+    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
+    GROUP BY task, limit_key
+), key_allowance AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               16,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
+               COALESCE(floor(refill.tokens), 16)
+           )::integer AS allowed
+    FROM key_head AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
+), key_chosen AS (
+    SELECT queue, task, limit_key, allowed FROM key_allowance
+    WHERE allowed >= 1
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+), keyed AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM key_chosen
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_chosen.queue
+              AND task = key_chosen.task AND limit_key = key_chosen.limit_key
+        ORDER BY priority DESC, run_at, id
+        LIMIT key_chosen.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), keyed_picked AS (
+    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(
+        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+), key_spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
+    FROM key_allowance AS allowance
+    CROSS JOIN clock
+    JOIN (
+        SELECT task, limit_key, count(*) AS jobs FROM claimed
+        WHERE limit_key IS NOT NULL GROUP BY task, limit_key
+    ) AS taken ON taken.task = allowance.task AND taken.limit_key = allowance.limit_key
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )
 SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
        created
@@ -768,7 +1191,7 @@ WITH outcome AS (
       AND (job.state = 'running') IS TRUE
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
-    RETURNING job.id, job.state, job.queue
+    RETURNING job.id, job.state, job.queue, job.limit_key
 ), counted AS (
     INSERT INTO eddyq_activity AS activity (
         minute, queue, source, completed, failed, retried, cancelled, snoozed
@@ -796,6 +1219,7 @@ SELECT id, state, (
     FROM (
         SELECT DISTINCT queue FROM finished
         WHERE state = 'available'
+           OR limit_key IS NOT NULL
            OR queue IN (SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL)
     ) AS woken
 ) FROM finished
@@ -1150,7 +1574,8 @@ WITH stale AS (
       AND NOT EXISTS (
           SELECT 1 FROM eddyq_jobs AS job
           WHERE job.queue = stale_queue.name
-            AND (job.state = 'available'
+            AND ((job.state = 'available' AND job.limit_key IS NULL)
+                 OR (job.state = 'available' AND job.limit_key IS NOT NULL)
                  OR job.state IN ('scheduled', 'retryable')
                  OR job.state = 'running')
       )
@@ -1168,6 +1593,9 @@ DELETE FROM eddyq_workers
 WHERE last_seen_at
       <= (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC' - %(period)s::interval)
          AT TIME ZONE 'UTC'
+
+-- sql.DELETE_FULL_RATE_BUCKETS
+DELETE FROM eddyq_rate_buckets WHERE full_at <= COALESCE(%(now)s::timestamptz, now())
 
 -- sql.REINDEX_FIND_INDEX
 SELECT index_namespace.nspname, index_class.relname
@@ -1369,9 +1797,14 @@ SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' L
            AS stuck
 
 -- sql.QUEUE_AVAILABLE_JOBS (annotating Django's query of queues)
-SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                      WHERE job.state = 'available' AND job.queue = eddyq_queues.name
-                      LIMIT %s) AS available
+SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                              WHERE job.state = 'available' AND job.limit_key IS NULL
+                                AND job.queue = eddyq_queues.name
+                              LIMIT %s) AS available)
+       + (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                WHERE job.state = 'available' AND job.limit_key IS NOT NULL
+                                  AND job.queue = eddyq_queues.name
+                                LIMIT %s) AS keyed)
 
 -- sql.QUEUE_RUNNING_JOBS (annotating Django's query of queues)
 SELECT count(*) FROM eddyq_jobs AS job
@@ -1394,7 +1827,7 @@ SELECT task FROM tasks WHERE task IS NOT NULL LIMIT %(limit)s
 -- sql.QUEUE_LATENCY
 WITH RECURSIVE firsts(queue, priority, run_at) AS (
     (SELECT queue, priority, run_at FROM eddyq_jobs
-     WHERE state = 'available'
+     WHERE state = 'available' AND limit_key IS NULL
      ORDER BY queue, priority DESC, run_at, id
      LIMIT 1)
     UNION ALL
@@ -1402,13 +1835,13 @@ WITH RECURSIVE firsts(queue, priority, run_at) AS (
     FROM firsts AS previous
     CROSS JOIN LATERAL (
         (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
-         WHERE job.state = 'available' AND job.queue = previous.queue
+         WHERE job.state = 'available' AND job.limit_key IS NULL AND job.queue = previous.queue
            AND job.priority < previous.priority
          ORDER BY job.priority DESC, job.run_at, job.id
          LIMIT 1)
         UNION ALL
         (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
-         WHERE job.state = 'available' AND job.queue > previous.queue
+         WHERE job.state = 'available' AND job.limit_key IS NULL AND job.queue > previous.queue
          ORDER BY job.queue, job.priority DESC, job.run_at, job.id
          LIMIT 1)
         LIMIT 1
@@ -1449,7 +1882,7 @@ SELECT 'latency', latency.queue, NULL, NULL, latency.seconds
 FROM (
 WITH RECURSIVE firsts(queue, priority, run_at) AS (
     (SELECT queue, priority, run_at FROM eddyq_jobs
-     WHERE state = 'available'
+     WHERE state = 'available' AND limit_key IS NULL
      ORDER BY queue, priority DESC, run_at, id
      LIMIT 1)
     UNION ALL
@@ -1457,13 +1890,13 @@ WITH RECURSIVE firsts(queue, priority, run_at) AS (
     FROM firsts AS previous
     CROSS JOIN LATERAL (
         (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
-         WHERE job.state = 'available' AND job.queue = previous.queue
+         WHERE job.state = 'available' AND job.limit_key IS NULL AND job.queue = previous.queue
            AND job.priority < previous.priority
          ORDER BY job.priority DESC, job.run_at, job.id
          LIMIT 1)
         UNION ALL
         (SELECT job.queue, job.priority, job.run_at FROM eddyq_jobs AS job
-         WHERE job.state = 'available' AND job.queue > previous.queue
+         WHERE job.state = 'available' AND job.limit_key IS NULL AND job.queue > previous.queue
          ORDER BY job.queue, job.priority DESC, job.run_at, job.id
          LIMIT 1)
         LIMIT 1
@@ -1478,8 +1911,13 @@ ORDER BY queue
 UNION ALL
 SELECT 'available', queues.name, 'available',
        (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                              WHERE job.state = 'available' AND job.queue = queues.name
-                              LIMIT %(limit)s) AS counted),
+                              WHERE job.state = 'available' AND job.limit_key IS NULL
+                                AND job.queue = queues.name
+                              LIMIT %(limit)s) AS counted)
+       + (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                WHERE job.state = 'available' AND job.limit_key IS NOT NULL
+                                  AND job.queue = queues.name
+                                LIMIT %(limit)s) AS keyed),
        NULL
 FROM queues
 UNION ALL
@@ -1506,9 +1944,18 @@ WITH queues AS MATERIALIZED (
     SELECT name FROM eddyq_queues ORDER BY name LIMIT %(queue_limit)s
 ), counted AS MATERIALIZED (
     SELECT queues.name,
-           (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
-                                  WHERE job.state = 'available' AND job.queue = queues.name
-                                  LIMIT %(limit)s + 1) AS available) AS available
+           LEAST(
+               (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                      WHERE job.state = 'available' AND job.limit_key IS NULL
+                                        AND job.queue = queues.name
+                                      LIMIT %(limit)s + 1) AS available)
+               + (SELECT count(*) FROM (SELECT FROM eddyq_jobs AS job
+                                        WHERE job.state = 'available'
+                                          AND job.limit_key IS NOT NULL
+                                          AND job.queue = queues.name
+                                        LIMIT %(limit)s + 1) AS keyed),
+               %(limit)s + 1
+           ) AS available
     FROM queues
 ), estimate AS (
     SELECT round(mcv.frequency * class.reltuples)::bigint AS available

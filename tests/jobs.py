@@ -374,3 +374,34 @@ def overlap(seconds: float) -> None:
         cursor.execute(record, ["start", job_id, os.getpid()])
         time.sleep(seconds)
         cursor.execute(record, ["end", job_id, os.getpid()])
+
+
+def _customer(seconds: float, customer: str) -> str:
+    return customer
+
+
+@task(concurrency=1, key=_customer, backoff=lambda attempt: 0)
+def one_per_customer(seconds: float, customer: str) -> None:
+    """``overlap``, at most one running per customer on all workers."""
+    overlap.func(seconds)
+
+
+@task(concurrency=2, key=_customer, backoff=lambda attempt: 0)
+def two_per_customer(seconds: float, customer: str) -> None:
+    overlap.func(seconds)
+
+
+@task(concurrency=3, key=_customer, backoff=lambda attempt: 0)
+def three_per_customer(seconds: float, customer: str) -> None:
+    overlap.func(seconds)
+
+
+@task(rate="10/s", burst=2, key=lambda customer: customer)
+def customer_rate(customer: str) -> None:
+    """At most 10 a second per customer, 2 at once after a quiet spell."""
+
+
+@task(concurrency=1)
+def one_at_a_time(seconds: float) -> None:
+    """Limited as a whole: one running on all workers."""
+    overlap.func(seconds)

@@ -95,6 +95,7 @@ MIGRATIONS = [
     "0009_periodic_controls",
     "0010_activity",
     "0011_queue_limits",
+    "0012_limit_keys",
 ]
 
 

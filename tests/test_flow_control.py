@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from django_eddyq import set_queue_limits
 from django_eddyq.conf import InvalidSettingError, eddyq_settings
-from django_eddyq.limits import QueueLimits, Rate, parse_rate
+from django_eddyq.limits import Limits, Rate, parse_rate
 from django_eddyq.models import Job, Queue, RateBucket
 from django_eddyq.operations import apply_configured_limits, set_queue_paused
 from django_eddyq.worker.passes import Pass, PassRunner, connect, run_pass
@@ -68,9 +68,7 @@ def test_a_bad_rate_says_what_is_wrong(text: Any, burst: Any, message: str) -> N
 
 def test_queue_limits_from_the_settings() -> None:
     with override_settings(EDDYQ={"QUEUES": {"emails": {"concurrency": 5, "rate": "100/m"}}}):
-        assert {
-            "emails": QueueLimits(concurrency=5, rate=Rate(100, 60.0, 2))
-        } == eddyq_settings.QUEUES
+        assert {"emails": Limits(concurrency=5, rate=Rate(100, 60.0, 2))} == eddyq_settings.QUEUES
 
 
 @pytest.mark.parametrize(

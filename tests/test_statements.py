@@ -89,6 +89,9 @@ def worker_pass() -> Rendered:
         yield f"sql.limited_claim_statement (limit 16, {which})", statement
     statement = sql.limited_claim_statement(16, None, others=False)
     yield "sql.limited_claim_statement (limit 16, limited queues only)", statement
+    for which, queues in (("any queue", None), ("given queues", ["default", "emails"])):
+        statement = sql.limited_claim_statement(16, queues, keyed=True)
+        yield f"sql.limited_claim_statement (limit 16, {which}, keyed)", statement
     for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS", "WORKER_SEEN", "WORKER_STOPPED"):
         yield f"sql.{name}", getattr(sql, name)
     for name in ("PROMOTE_DUE_ANY_QUEUE", "PROMOTE_DUE_FROM_QUEUES"):
@@ -145,6 +148,7 @@ def retention() -> Rendered:
             yield f"sql.delete_expired_statement ({table}, {what}, {batch})", composed(statement)
     yield "sql.DELETE_STALE_QUEUES", sql.DELETE_STALE_QUEUES
     yield "sql.DELETE_FORGOTTEN_WORKERS", sql.DELETE_FORGOTTEN_WORKERS
+    yield "sql.DELETE_FULL_RATE_BUCKETS", sql.DELETE_FULL_RATE_BUCKETS
     for name in (
         "REINDEX_FIND_INDEX",
         "REINDEX_UNKNOWN_INDEXES",

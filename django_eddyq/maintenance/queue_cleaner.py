@@ -1,4 +1,5 @@
-"""The queue cleaner: forgets queues nobody has used for a while, and workers long gone."""
+"""The queue cleaner: forgets queues nobody has used for a while, workers long gone, and rate
+buckets full again."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class QueueCleaner(Service):
     A paused queue stays whatever its age: deleting its row would silently resume it. So does a
     queue with unfinished (scheduled, available, running or retryable) jobs. The registry of
     workers is kept the same way: a worker unseen for WORKER_RETENTION (stopped, or lost) goes.
+    A rate limit's bucket goes once it is full again, which its missing row also means.
     """
 
     name = "queue_cleaner"
@@ -37,4 +39,6 @@ class QueueCleaner(Service):
                 params = {"now": now, "period": worker_period}
                 cursor.execute(sql.DELETE_FORGOTTEN_WORKERS, params)
                 deleted += cursor.rowcount
+            cursor.execute(sql.DELETE_FULL_RATE_BUCKETS, {"now": now})
+            deleted += int(cursor.rowcount)
         return deleted

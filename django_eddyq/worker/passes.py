@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.types.string import TextLoader
 
-from django_eddyq import db, sql
+from django_eddyq import db, registry, sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.maintenance.scheduler import PROMOTE_BATCH
 from django_eddyq.operations import complete_batches
@@ -82,13 +82,15 @@ def run_pass(
     lease_seconds: float,
     queues: Sequence[str] | None,
     limited: Sequence[str] = (),
+    keyed: KeyedTasks | None = None,
     others: bool = True,
 ) -> Pass:
     """Run ``planned`` on ``connection`` in one transaction and fill in what it returned.
 
-    ``limited``: the worker's queues that have a limit, as last read; while there are any, the
-    claim is the limited one (``sql.limited_claim_statement``), after their locks, and takes from
-    the other queues too unless ``others`` is false.
+    ``limited``: the worker's queues that have a limit, as last read; ``keyed``: the tasks
+    limited per key whose jobs it looks for. While there are any, the claim is the limited one
+    (``sql.limited_claim_statement``), after their locks, and takes from the other queues too
+    unless ``others`` is false.
 
     The statements go out together, in pipeline mode: between two syncs they are one implicit
     transaction, so one round trip and one commit serve them all, and an error in any of them
@@ -121,13 +123,16 @@ def run_pass(
             promote = connection.execute(statement, {**params, "now": None, "limit": PROMOTE_BATCH})
         if planned.claim:
             claimer = {"queues": queues, "worker_id": worker_id, "lease_seconds": lease_seconds}
-            if limited:
-                connection.execute(sql.LOCK_LIMITS, {"limited": limited})
+            if limited or keyed:
+                locks = [*limited, *(keyed.lock_names if keyed else ())]
+                connection.execute(sql.LOCK_LIMITS, {"limited": locks})
                 if queues is None:
                     connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
                 claim = connection.execute(
-                    sql.limited_claim_statement(planned.claim, queues, others=others),
-                    {**claimer, "limited": limited},
+                    sql.limited_claim_statement(
+                        planned.claim, queues, others=others, keyed=keyed is not None
+                    ),
+                    {**claimer, "limited": list(limited), **(keyed.params if keyed else {})},
                 )
             else:
                 if queues is None:
@@ -151,6 +156,34 @@ def run_pass(
         planned.claimed = sorted(map(claimed_job, claim.fetchall()), key=_order)
         planned.changed += len(planned.claimed)
     return planned
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyedTasks:
+    """The tasks limited per key, as the keyed claim is sent them."""
+
+    paths: frozenset[str]
+    lock_names: list[str]  # their advisory locks' names, beside the limited queues'
+    params: dict[str, list[Any]]
+
+    @classmethod
+    def declared(cls) -> KeyedTasks | None:
+        """The tasks of this process's registry limited per key; None if there are none."""
+        limits = sorted(registry.limited_tasks().items())
+        if not limits:
+            return None
+        rates = [limit.rate for _path, limit in limits]
+        return cls(
+            paths=frozenset(path for path, _limit in limits),
+            lock_names=[f"task:{path}" for path, _limit in limits],
+            params={
+                "keyed_tasks": [path for path, _limit in limits],
+                "key_concurrency": [limit.concurrency for _path, limit in limits],
+                "key_rate": [None if rate is None else rate.limit for rate in rates],
+                "key_period": [None if rate is None else rate.period_seconds for rate in rates],
+                "key_burst": [None if rate is None else rate.burst for rate in rates],
+            },
+        )
 
 
 def _order(job: ClaimedJob) -> tuple[int, float, int]:
@@ -179,6 +212,12 @@ class PassRunner:
         # short, and reading past a limited queue's backlog for nothing, at every claim and
         # under the queue's lock, would hold up every worker's claim of it.
         self._others_idle_until = -math.inf
+        # The tasks limited per key (read from the registry at the first claim), and whether
+        # the keyed claim is left out: its last one found nothing to take, and no job has been
+        # enqueued or ended since (nor a poll interval passed), so that a worker declaring
+        # such tasks does not take their locks at every pass for nothing.
+        self._keyed: KeyedTasks | None = None
+        self._keyed_idle = False
         self._sent: queue.SimpleQueue[tuple[Pass, Future[Pass]] | None] = queue.SimpleQueue()
         # The pass sent and not yet taken back, with its result.
         self.in_flight: tuple[Pass, Future[Pass]] | None = None
@@ -242,11 +281,14 @@ class PassRunner:
             # The first claim knows which queues are limited: a burst worker whose first
             # claim found nothing would stop there.
             self._limits_read(self.connection.execute(sql.LIMITED_QUEUES).fetchall(), at=now)
+            self._keyed = KeyedTasks.declared()
         # A limit set or lifted reaches the worker within a poll interval; the plain claim
         # leaves a limited queue alone from the moment its limit is committed.
         if now - self._limits_read_at >= eddyq_settings.POLL_INTERVAL.total_seconds():
             planned.read_limits = True
+            self._keyed_idle = False
         limited = self.limited
+        keyed = None if self._keyed_idle or not planned.claim else self._keyed
         others = now >= self._others_idle_until
         done = run_pass(
             self.connection,
@@ -255,18 +297,23 @@ class PassRunner:
             lease_seconds=eddyq_settings.STALE_AFTER.total_seconds(),
             queues=self.queues,
             limited=limited,
+            keyed=keyed,
             others=others,
         )
-        if limited and others and len(done.claimed) < planned.claim:
+        if (limited or keyed) and others and len(done.claimed) < planned.claim:
             # The other queues gave less than the limited ones left them: they have no more.
             self._others_idle_until = now + eddyq_settings.POLL_INTERVAL.total_seconds()
+        if keyed is not None and not any(job.task in keyed.paths for job in done.claimed):
+            self._keyed_idle = True
         if done.limited_queues is not None:
             self._limits_read([(name,) for name in done.limited_queues], at=now)
         return done
 
     def jobs_notified(self, queue_name: str) -> None:
-        """New jobs in ``queue_name`` (any thread): if it is not limited, the next limited
+        """New jobs in ``queue_name``, or a limited job of it ended (any thread): the next
+        claim looks for keyed jobs again, and if the queue is not limited, the next limited
         claim takes from the other queues again."""
+        self._keyed_idle = False
         if queue_name not in self.limited:
             self._others_idle_until = -math.inf
 
