@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,10 @@ FLOW_LIMITS: list[tuple[str, dict[str, Any]]] = [
     ("flow_concurrency40", {"concurrency": 40}),
     ("flow_rate2000", {"rate": "2000/s"}),
 ]
+# The keyed row: the same drain, of jobs of one task limited to one running per customer, with
+# twenty jobs per customer (in a shuffled order) and as many customers as that makes.
+FLOW_KEYED = "flow_keys_limit1"
+FLOW_JOBS_PER_KEY = 20
 
 
 def setup_django() -> None:
@@ -148,6 +153,21 @@ class Paced(Eddyq):
         paced = pause.using(queue=FLOW_QUEUE)
         for start in range(0, n, 10_000):
             paced.enqueue_many([(FLOW_JOB_SECONDS,)] * min(10_000, n - start))
+
+
+class PacedPerKey(Paced):
+    """``Paced``, of jobs limited to one running per customer."""
+
+    def prefill(self, n: int) -> None:
+        from benchmarks.noop import pause_per_customer
+
+        customers = [job // FLOW_JOBS_PER_KEY for job in range(n)]
+        random.Random(n).shuffle(customers)
+        paced = pause_per_customer.using(queue=FLOW_QUEUE)
+        for start in range(0, n, 10_000):
+            paced.enqueue_many(
+                [(FLOW_JOB_SECONDS, customer) for customer in customers[start : start + 10_000]]
+            )
 
 
 def subject(config: dict[str, Any]) -> Eddyq:
@@ -321,6 +341,24 @@ def flow_control(queue: Eddyq, n: int, *, log_dir: Path, timeout: float) -> dict
             )
             if not isinstance(results[key], dict):  # not an error
                 results[f"{key}_steady"] = paced.steady()
+        set_queue_limits(FLOW_QUEUE)
+        per_key = PacedPerKey(queue.url, queue.env)
+        try:
+            harness.guarded(
+                results,
+                FLOW_KEYED,
+                harness.drain,
+                per_key,
+                n,
+                FLOW_WORKERS,
+                log_dir=log_dir,
+                timeout=timeout,
+            )
+            if not isinstance(results[FLOW_KEYED], dict):
+                results[f"{FLOW_KEYED}_steady"] = per_key.steady()
+        finally:
+            per_key.reset()
+            per_key.close()
     finally:
         set_queue_limits(FLOW_QUEUE)
         paced.reset()

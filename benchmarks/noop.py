@@ -15,3 +15,9 @@ def pause(seconds: float) -> None:
     """Sleeps ``seconds``: a job that takes time and no CPU, as one waiting on a service does
     (flow control's rows, where how many run at once is what is measured)."""
     time.sleep(seconds)
+
+
+@task(concurrency=1, key=lambda seconds, customer: customer)
+def pause_per_customer(seconds: float, customer: int) -> None:
+    """``pause``, at most one running per customer on all workers (flow control's keyed row)."""
+    time.sleep(seconds)

@@ -351,6 +351,12 @@ def sections(sizes: dict[str, Any], by_key: dict[str, Subject]) -> list[Section]
                         "django-eddyq     concurrency 40 on the queue",
                     ),
                     Row("eddyq", "flow_rate2000", 'django-eddyq     rate "2000/s" on the queue'),
+                    Row(
+                        "eddyq",
+                        "flow_keys_limit1",
+                        f"django-eddyq     {sizes['flow'] // 20:,} keys of 20 jobs, "
+                        "concurrency 1 per key",
+                    ),
                 ],
                 ("eddyq", "flow_unlimited"),
                 "no limit",
@@ -471,6 +477,14 @@ def targets(by_key: dict[str, Subject], extras: dict[str, Any]) -> list[dict[str
             f"{limited / unlimited:.0%}",
             "≥ 80 %",
             limited >= 0.8 * unlimited,
+        )
+    keyed = get("eddyq", "flow_keys_limit1")
+    if unlimited and keyed:
+        check(
+            "drain of keys limited to concurrency 1 (20 jobs each) ≥ 70 % of it unlimited",
+            f"{keyed / unlimited:.0%}",
+            "≥ 70 %",
+            keyed >= 0.7 * unlimited,
         )
     lat = get("eddyq", "latency")
     if lat:
@@ -784,6 +798,7 @@ def flow_steady_rows(eddyq: Subject | None) -> list[tuple[str, list[tuple[str, s
             ("no limit", "flow_unlimited"),
             ("concurrency 40", "flow_concurrency40"),
             ('rate "2000/s"', "flow_rate2000"),
+            ("keys at concurrency 1", "flow_keys_limit1"),
         ]
     ]
     reference = figures[0][1]

@@ -190,6 +190,15 @@ class Job(models.Model):
                 name="eddyq_jobs_queue_claim_idx",
                 condition=Q(state=JobState.AVAILABLE, limit_key__isnull=True),
             ),
+            # The keyed claim reads keyed jobs in claim order first, and walks the keys only
+            # when those have no room.
+            models.Index(
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="eddyq_jobs_keyed_order_idx",
+                condition=Q(state=JobState.AVAILABLE, limit_key__isnull=False),
+            ),
             # The keyed claim walks the keys of each queue one index probe each (the first
             # entry of a (queue, task, key) is that key's next job there), and counts the jobs
             # running per key; the queue's keyed jobs are counted along it.

@@ -424,32 +424,73 @@ _BUCKET_FULL_AT = """clock.at + make_interval(
                         * allowance.rate_period / allowance.rate_limit
            )"""
 
-# The jobs of tasks limited per key (docs/flow-control.md): each such task's limits come as
-# parallel arrays, from the worker's registry (the code, not a row, declares them). The keys
-# with an available job are walked one index probe each ({key_heads}), the first entry of
-# eddyq_jobs_keyed_claim_idx past the previous (queue, task, key) being the next one's next job:
-# a key's backlog, however long, is never read past. Each key with room (its concurrency less
-# its running jobs, in any queue; its bucket's whole tokens) offers its next jobs; the best of
-# them, in claim order, are taken, and the buckets of the keys taken from are written back,
-# named "task:<path>:<key>".
+# The jobs of tasks limited per key (docs/flow-control.md). Each such task's limits come as
+# parallel arrays, from the worker's registry (the code, not a row, declares them). A key has
+# room for its concurrency less its running jobs (in any queue), and for its bucket's whole
+# tokens; its jobs are offered in claim order, as many as it has room for, and the best of all
+# keys' offers are taken. The buckets of the keys taken from are written back, named
+# "task:<path>:<key>".
+#
+# Where the keys' jobs are found: first in a window, the first {window} keyed jobs in claim
+# order (eddyq_jobs_keyed_order_idx), which serves when most keys have room. When the window is
+# full and offers fewer than {limit} jobs (a key's backlog held back by its limit fills it), the
+# keys are walked ({key_heads}), one index probe each along eddyq_jobs_keyed_claim_idx, whose
+# first entry past a (queue, task, key) is the next one's next job: however long a key's
+# backlog, the jobs of other keys behind it are found in the same claim.
 _KEYED_PICKED = """
 , task_limit AS MATERIALIZED (
     SELECT * FROM unnest(
         %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
         %(key_period)s::float8[], %(key_burst)s::integer[]
     ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
-), {key_heads}, key_head AS (
-    SELECT DISTINCT ON (head.task, head.limit_key) head.*
-    FROM key_heads AS head
-    WHERE head.task IN (SELECT task FROM task_limit)
-      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
-    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
 ), key_running AS MATERIALIZED (
     SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
     WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
     GROUP BY task, limit_key
-), key_allowance AS MATERIALIZED (
-    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+), key_window AS MATERIALIZED (
+    SELECT queue, task, limit_key, id, priority, run_at,
+           row_number() OVER (
+               PARTITION BY task, limit_key ORDER BY priority DESC, run_at, id
+           ) AS nth
+    FROM (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL {queue_filter}
+          AND queue NOT IN ({paused_queues})
+        ORDER BY priority DESC, run_at, id
+        LIMIT {window}
+    ) AS job
+    WHERE task IN (SELECT task FROM task_limit)
+), window_room AS MATERIALIZED (
+    {window_room}
+), window_offer AS MATERIALIZED (
+    SELECT job.id, job.priority, job.run_at
+    FROM key_window AS job
+    JOIN window_room AS room ON room.task = job.task AND room.limit_key = job.limit_key
+    WHERE job.nth <= room.allowed
+), {key_heads}, walked AS MATERIALIZED (
+    SELECT DISTINCT ON (head.task, head.limit_key) head.*
+    FROM key_heads AS head
+    WHERE head.task IN (SELECT task FROM task_limit)
+      AND head.queue NOT IN ({paused_queues})
+      AND (head.task, head.limit_key) NOT IN (SELECT task, limit_key FROM key_window)
+    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
+), walked_room AS MATERIALIZED (
+    {walked_room}
+), keyed AS (
+    SELECT id, priority, run_at FROM window_offer
+    UNION ALL
+    SELECT id, priority, run_at FROM walked_room WHERE allowed >= 1
+), keyed_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+        LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+    ))
+      AND state = 'available'
+    FOR UPDATE SKIP LOCKED
+)"""
+# How much room each key of {source} (its first job per key, or its only one) has.
+_KEY_ROOM = """SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
@@ -457,7 +498,7 @@ _KEYED_PICKED = """
                COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), {limit}),
                COALESCE(floor(refill.tokens), {limit})
            )::integer AS allowed
-    FROM key_head AS head
+    FROM {source} AS head
     JOIN task_limit ON task_limit.task = head.task
     CROSS JOIN clock
     LEFT JOIN key_running AS running
@@ -472,27 +513,7 @@ _KEYED_PICKED = """
                    + task_limit.rate_limit / task_limit.rate_period
                      * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
                ) END AS tokens
-    ) AS refill
-), key_chosen AS (
-    SELECT queue, task, limit_key, allowed FROM key_allowance
-    WHERE allowed >= 1
-    ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
-), keyed AS (
-    SELECT job.id, job.priority, job.run_at
-    FROM key_chosen
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_chosen.queue
-              AND task = key_chosen.task AND limit_key = key_chosen.limit_key
-        ORDER BY priority DESC, run_at, id
-        LIMIT key_chosen.allowed
-        FOR UPDATE SKIP LOCKED
-    ) AS job
-), keyed_picked AS (
-    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
-)"""
+    ) AS refill"""
 _NO_KEYED_PICKED = """
 , keyed_picked AS (
     SELECT NULL::bigint AS id WHERE false
@@ -501,7 +522,7 @@ _KEY_SPENT = """, key_spent AS (
     INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
     SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
            {full_at}
-    FROM key_allowance AS allowance
+    FROM (SELECT * FROM window_room UNION ALL SELECT * FROM walked_room) AS allowance
     CROSS JOIN clock
     JOIN (
         SELECT task, limit_key, count(*) AS jobs FROM claimed
@@ -511,12 +532,18 @@ _KEY_SPENT = """, key_spent AS (
     ON CONFLICT (name) DO UPDATE
     SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )"""
+# Whether the keys are walked: the window is full, and offers fewer jobs than the claim takes.
+_WALK_KEYS = """(SELECT count(*) FROM key_window) >= {window}
+          AND (SELECT count(*) FROM window_offer) < {limit}"""
 # The first job of each (queue, task, key) with available jobs, of any queue.
 _KEY_HEADS_ANY_QUEUE = """key_heads AS (
-    (SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
-     WHERE state = 'available' AND limit_key IS NOT NULL
-     ORDER BY queue, task, limit_key, priority DESC, run_at, id
-     LIMIT 1)
+    SELECT first.* FROM (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS first
+    WHERE {walk_keys}
     UNION ALL
     SELECT next.* FROM key_heads AS previous
     CROSS JOIN LATERAL (
@@ -536,6 +563,7 @@ _KEY_HEADS_FROM_QUEUES = """key_heads AS (
         ORDER BY queue, task, limit_key, priority DESC, run_at, id
         LIMIT 1
     ) AS first
+    WHERE {walk_keys}
     UNION ALL
     SELECT next.* FROM key_heads AS previous
     CROSS JOIN LATERAL (
@@ -546,6 +574,7 @@ _KEY_HEADS_FROM_QUEUES = """key_heads AS (
         LIMIT 1
     ) AS next
 )"""
+_PAUSED_QUEUES = "SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL"
 
 
 def limited_claim_statement(
@@ -566,7 +595,17 @@ def limited_claim_statement(
     )
     keyed_picked = (
         _KEYED_PICKED.format(
-            key_heads=_KEY_HEADS_ANY_QUEUE if queues is None else _KEY_HEADS_FROM_QUEUES,
+            window_room=_KEY_ROOM.format(
+                source="(SELECT * FROM key_window WHERE nth = 1)", limit=int(limit)
+            ),
+            walked_room=_KEY_ROOM.format(source="walked", limit=int(limit)),
+            key_heads=(_KEY_HEADS_ANY_QUEUE if queues is None else _KEY_HEADS_FROM_QUEUES).format(
+                walk_keys=_WALK_KEYS.format(window=int(max(4 * limit, 32)), limit=int(limit))
+            ),
+            queue_filter=_queue_filter(queues),
+            paused_queues=_PAUSED_QUEUES,
+            # How many keyed jobs are read in claim order before the keys are walked.
+            window=int(max(4 * limit, 32)),
             limit=int(limit),
         )
         if keyed

@@ -846,31 +846,24 @@ WITH RECURSIVE clock AS MATERIALIZED (
         %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
         %(key_period)s::float8[], %(key_burst)s::integer[]
     ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
-), key_heads AS (
-    (SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
-     WHERE state = 'available' AND limit_key IS NOT NULL
-     ORDER BY queue, task, limit_key, priority DESC, run_at, id
-     LIMIT 1)
-    UNION ALL
-    SELECT next.* FROM key_heads AS previous
-    CROSS JOIN LATERAL (
-        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NOT NULL
-          AND (queue, task, limit_key) > (previous.queue, previous.task, previous.limit_key)
-        ORDER BY queue, task, limit_key, priority DESC, run_at, id
-        LIMIT 1
-    ) AS next
-), key_head AS (
-    SELECT DISTINCT ON (head.task, head.limit_key) head.*
-    FROM key_heads AS head
-    WHERE head.task IN (SELECT task FROM task_limit)
-      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
-    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
 ), key_running AS MATERIALIZED (
     SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
     WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
     GROUP BY task, limit_key
-), key_allowance AS MATERIALIZED (
+), key_window AS MATERIALIZED (
+    SELECT queue, task, limit_key, id, priority, run_at,
+           row_number() OVER (
+               PARTITION BY task, limit_key ORDER BY priority DESC, run_at, id
+           ) AS nth
+    FROM (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL 
+          AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+        ORDER BY priority DESC, run_at, id
+        LIMIT 64
+    ) AS job
+    WHERE task IN (SELECT task FROM task_limit)
+), window_room AS MATERIALIZED (
     SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
@@ -879,7 +872,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
                COALESCE(floor(refill.tokens), 16)
            )::integer AS allowed
-    FROM key_head AS head
+    FROM (SELECT * FROM key_window WHERE nth = 1) AS head
     JOIN task_limit ON task_limit.task = head.task
     CROSS JOIN clock
     LEFT JOIN key_running AS running
@@ -895,25 +888,73 @@ WITH RECURSIVE clock AS MATERIALIZED (
                      * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
                ) END AS tokens
     ) AS refill
-), key_chosen AS (
-    SELECT queue, task, limit_key, allowed FROM key_allowance
-    WHERE allowed >= 1
-    ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
-), keyed AS (
+), window_offer AS MATERIALIZED (
     SELECT job.id, job.priority, job.run_at
-    FROM key_chosen
+    FROM key_window AS job
+    JOIN window_room AS room ON room.task = job.task AND room.limit_key = job.limit_key
+    WHERE job.nth <= room.allowed
+), key_heads AS (
+    SELECT first.* FROM (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS first
+    WHERE (SELECT count(*) FROM key_window) >= 64
+          AND (SELECT count(*) FROM window_offer) < 16
+    UNION ALL
+    SELECT next.* FROM key_heads AS previous
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_chosen.queue
-              AND task = key_chosen.task AND limit_key = key_chosen.limit_key
-        ORDER BY priority DESC, run_at, id
-        LIMIT key_chosen.allowed
-        FOR UPDATE SKIP LOCKED
-    ) AS job
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL
+          AND (queue, task, limit_key) > (previous.queue, previous.task, previous.limit_key)
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS next
+), walked AS MATERIALIZED (
+    SELECT DISTINCT ON (head.task, head.limit_key) head.*
+    FROM key_heads AS head
+    WHERE head.task IN (SELECT task FROM task_limit)
+      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND (head.task, head.limit_key) NOT IN (SELECT task, limit_key FROM key_window)
+    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
+), walked_room AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               16,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
+               COALESCE(floor(refill.tokens), 16)
+           )::integer AS allowed
+    FROM walked AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
+), keyed AS (
+    SELECT id, priority, run_at FROM window_offer
+    UNION ALL
+    SELECT id, priority, run_at FROM walked_room WHERE allowed >= 1
 ), keyed_picked AS (
-    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    SELECT id FROM eddyq_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+        LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    ))
+      AND state = 'available'
+    FOR UPDATE SKIP LOCKED
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND limit_key IS NULL 
@@ -965,7 +1006,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
                         * allowance.rate_period / allowance.rate_limit
            )
-    FROM key_allowance AS allowance
+    FROM (SELECT * FROM window_room UNION ALL SELECT * FROM walked_room) AS allowance
     CROSS JOIN clock
     JOIN (
         SELECT task, limit_key, count(*) AS jobs FROM claimed
@@ -1027,34 +1068,24 @@ WITH RECURSIVE clock AS MATERIALIZED (
         %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
         %(key_period)s::float8[], %(key_burst)s::integer[]
     ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
-), key_heads AS (
-    SELECT first.* FROM unnest(%(queues)s::text[]) AS served(queue)
-    CROSS JOIN LATERAL (
-        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = served.queue
-        ORDER BY queue, task, limit_key, priority DESC, run_at, id
-        LIMIT 1
-    ) AS first
-    UNION ALL
-    SELECT next.* FROM key_heads AS previous
-    CROSS JOIN LATERAL (
-        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = previous.queue
-          AND (task, limit_key) > (previous.task, previous.limit_key)
-        ORDER BY queue, task, limit_key, priority DESC, run_at, id
-        LIMIT 1
-    ) AS next
-), key_head AS (
-    SELECT DISTINCT ON (head.task, head.limit_key) head.*
-    FROM key_heads AS head
-    WHERE head.task IN (SELECT task FROM task_limit)
-      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
-    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
 ), key_running AS MATERIALIZED (
     SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
     WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
     GROUP BY task, limit_key
-), key_allowance AS MATERIALIZED (
+), key_window AS MATERIALIZED (
+    SELECT queue, task, limit_key, id, priority, run_at,
+           row_number() OVER (
+               PARTITION BY task, limit_key ORDER BY priority DESC, run_at, id
+           ) AS nth
+    FROM (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = ANY(%(queues)s::text[])
+          AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+        ORDER BY priority DESC, run_at, id
+        LIMIT 64
+    ) AS job
+    WHERE task IN (SELECT task FROM task_limit)
+), window_room AS MATERIALIZED (
     SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
@@ -1063,7 +1094,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
                COALESCE(floor(refill.tokens), 16)
            )::integer AS allowed
-    FROM key_head AS head
+    FROM (SELECT * FROM key_window WHERE nth = 1) AS head
     JOIN task_limit ON task_limit.task = head.task
     CROSS JOIN clock
     LEFT JOIN key_running AS running
@@ -1079,25 +1110,74 @@ WITH RECURSIVE clock AS MATERIALIZED (
                      * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
                ) END AS tokens
     ) AS refill
-), key_chosen AS (
-    SELECT queue, task, limit_key, allowed FROM key_allowance
-    WHERE allowed >= 1
-    ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
-), keyed AS (
+), window_offer AS MATERIALIZED (
     SELECT job.id, job.priority, job.run_at
-    FROM key_chosen
+    FROM key_window AS job
+    JOIN window_room AS room ON room.task = job.task AND room.limit_key = job.limit_key
+    WHERE job.nth <= room.allowed
+), key_heads AS (
+    SELECT first.* FROM unnest(%(queues)s::text[]) AS served(queue)
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_chosen.queue
-              AND task = key_chosen.task AND limit_key = key_chosen.limit_key
-        ORDER BY priority DESC, run_at, id
-        LIMIT key_chosen.allowed
-        FOR UPDATE SKIP LOCKED
-    ) AS job
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = served.queue
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS first
+    WHERE (SELECT count(*) FROM key_window) >= 64
+          AND (SELECT count(*) FROM window_offer) < 16
+    UNION ALL
+    SELECT next.* FROM key_heads AS previous
+    CROSS JOIN LATERAL (
+        SELECT queue, task, limit_key, id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = previous.queue
+          AND (task, limit_key) > (previous.task, previous.limit_key)
+        ORDER BY queue, task, limit_key, priority DESC, run_at, id
+        LIMIT 1
+    ) AS next
+), walked AS MATERIALIZED (
+    SELECT DISTINCT ON (head.task, head.limit_key) head.*
+    FROM key_heads AS head
+    WHERE head.task IN (SELECT task FROM task_limit)
+      AND head.queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+      AND (head.task, head.limit_key) NOT IN (SELECT task, limit_key FROM key_window)
+    ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
+), walked_room AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               16,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
+               COALESCE(floor(refill.tokens), 16)
+           )::integer AS allowed
+    FROM walked AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
+), keyed AS (
+    SELECT id, priority, run_at FROM window_offer
+    UNION ALL
+    SELECT id, priority, run_at FROM walked_room WHERE allowed >= 1
 ), keyed_picked AS (
-    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    SELECT id FROM eddyq_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+        LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    ))
+      AND state = 'available'
+    FOR UPDATE SKIP LOCKED
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
@@ -1149,7 +1229,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
                         * allowance.rate_period / allowance.rate_limit
            )
-    FROM key_allowance AS allowance
+    FROM (SELECT * FROM window_room UNION ALL SELECT * FROM walked_room) AS allowance
     CROSS JOIN clock
     JOIN (
         SELECT task, limit_key, count(*) AS jobs FROM claimed

@@ -102,6 +102,16 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="job",
             index=models.Index(
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                condition=models.Q(state="available", limit_key__isnull=False),
+                name="eddyq_jobs_keyed_order_idx",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="job",
+            index=models.Index(
                 "queue",
                 "task",
                 "limit_key",
