@@ -19,7 +19,6 @@ from django.utils.module_loading import autodiscover_modules
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.handlers import Handler
-from django_eddyq.limits import Limits
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,10 +68,10 @@ def handler(path: str) -> Handler:
     return lookup(path).handler
 
 
-def limited_tasks() -> dict[str, Limits]:
-    """The declared tasks limited per key, by path, with their limits: the keyed claim's."""
+def limited_tasks() -> dict[str, Declared]:
+    """The declared tasks limited per key, by path: the keyed claim's."""
     return {
-        path: declared.handler.limits
+        path: declared
         for path, declared in _declared.items()
         if declared.handler.limits is not None
     }

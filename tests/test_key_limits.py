@@ -254,8 +254,8 @@ def test_the_queue_cleaner_forgets_buckets_full_again(worker_connection: Any) ->
 
 def test_a_worker_leaves_out_the_keyed_claim_until_told_of_new_jobs() -> None:
     """A worker declaring keyed tasks sends their claim (and takes their locks) only while it
-    may find something: after a claim that found no keyed job, not until a job is announced or
-    a poll interval passes."""
+    may find something: after a claim that found no keyed job, not until a job is announced in
+    a queue keyed jobs go to (or a poll interval passes)."""
     runner = PassRunner(worker_id="w-1", queues=None, wake=lambda: None)
     runner.connect()
     try:
@@ -265,6 +265,9 @@ def test_a_worker_leaves_out_the_keyed_claim_until_told_of_new_jobs() -> None:
         jobs.one_per_customer.enqueue(0.0, "A")
         runner.run(Pass(outcomes=[], renew=[], promote=False, claim=5, touch=[]))
         assert not Job.objects.filter(state="running").exists()  # not told yet
+        runner.jobs_notified("emails")  # a queue no keyed task declares
+        runner.run(Pass(outcomes=[], renew=[], promote=False, claim=5, touch=[]))
+        assert not Job.objects.filter(state="running").exists()
         runner.jobs_notified("default")
         done = runner.run(Pass(outcomes=[], renew=[], promote=False, claim=5, touch=[]))
         assert [job.task for job in done.claimed] == [jobs.one_per_customer.path]

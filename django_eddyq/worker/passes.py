@@ -24,6 +24,7 @@ from psycopg.types.string import TextLoader
 
 from django_eddyq import db, registry, sql
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.limits import Limits
 from django_eddyq.maintenance.scheduler import PROMOTE_BATCH
 from django_eddyq.operations import complete_batches
 from django_eddyq.vocabulary import TERMINAL_STATES
@@ -163,22 +164,29 @@ class KeyedTasks:
     """The tasks limited per key, as the keyed claim is sent them."""
 
     paths: frozenset[str]
+    queues: frozenset[str]  # the queues they declare, where their jobs go unless told otherwise
     lock_names: list[str]  # their advisory locks' names, beside the limited queues'
     params: dict[str, list[Any]]
 
     @classmethod
     def declared(cls) -> KeyedTasks | None:
         """The tasks of this process's registry limited per key; None if there are none."""
-        limits = sorted(registry.limited_tasks().items())
-        if not limits:
+        declared = sorted(registry.limited_tasks().items())
+        if not declared:
             return None
-        rates = [limit.rate for _path, limit in limits]
+        limits = [task.handler.limits or Limits() for _path, task in declared]
+        rates = [limit.rate for limit in limits]
+        paths = [path for path, _task in declared]
         return cls(
-            paths=frozenset(path for path, _limit in limits),
-            lock_names=[f"task:{path}" for path, _limit in limits],
+            paths=frozenset(paths),
+            queues=frozenset(
+                getattr(task.task, "queue", None) or eddyq_settings.DEFAULT_QUEUE
+                for _path, task in declared
+            ),
+            lock_names=[f"task:{path}" for path in paths],
             params={
-                "keyed_tasks": [path for path, _limit in limits],
-                "key_concurrency": [limit.concurrency for _path, limit in limits],
+                "keyed_tasks": paths,
+                "key_concurrency": [limit.concurrency for limit in limits],
                 "key_rate": [None if rate is None else rate.limit for rate in rates],
                 "key_period": [None if rate is None else rate.period_seconds for rate in rates],
                 "key_burst": [None if rate is None else rate.burst for rate in rates],
@@ -214,10 +222,12 @@ class PassRunner:
         self._others_idle_until = -math.inf
         # The tasks limited per key (read from the registry at the first claim), and whether
         # the keyed claim is left out: its last one found nothing to take, and no job has been
-        # enqueued or ended since (nor a poll interval passed), so that a worker declaring
-        # such tasks does not take their locks at every pass for nothing.
+        # announced since in a queue their jobs were seen in (nor a poll interval passed), so
+        # that a worker declaring such tasks does not take their locks at every pass for
+        # nothing.
         self._keyed: KeyedTasks | None = None
         self._keyed_idle = False
+        self._keyed_queues: set[str] = set()
         self._sent: queue.SimpleQueue[tuple[Pass, Future[Pass]] | None] = queue.SimpleQueue()
         # The pass sent and not yet taken back, with its result.
         self.in_flight: tuple[Pass, Future[Pass]] | None = None
@@ -282,6 +292,7 @@ class PassRunner:
             # claim found nothing would stop there.
             self._limits_read(self.connection.execute(sql.LIMITED_QUEUES).fetchall(), at=now)
             self._keyed = KeyedTasks.declared()
+            self._keyed_queues = set(self._keyed.queues) if self._keyed else set()
         # A limit set or lifted reaches the worker within a poll interval; the plain claim
         # leaves a limited queue alone from the moment its limit is committed.
         if now - self._limits_read_at >= eddyq_settings.POLL_INTERVAL.total_seconds():
@@ -303,17 +314,20 @@ class PassRunner:
         if (limited or keyed) and others and len(done.claimed) < planned.claim:
             # The other queues gave less than the limited ones left them: they have no more.
             self._others_idle_until = now + eddyq_settings.POLL_INTERVAL.total_seconds()
-        if keyed is not None and not any(job.task in keyed.paths for job in done.claimed):
-            self._keyed_idle = True
+        if keyed is not None:
+            keyed_queues = {job.queue for job in done.claimed if job.task in keyed.paths}
+            self._keyed_queues |= keyed_queues
+            self._keyed_idle = not keyed_queues
         if done.limited_queues is not None:
             self._limits_read([(name,) for name in done.limited_queues], at=now)
         return done
 
     def jobs_notified(self, queue_name: str) -> None:
-        """New jobs in ``queue_name``, or a limited job of it ended (any thread): the next
-        claim looks for keyed jobs again, and if the queue is not limited, the next limited
-        claim takes from the other queues again."""
-        self._keyed_idle = False
+        """New jobs in ``queue_name``, or a limited job of it ended (any thread): if keyed jobs
+        were seen there, the next claim looks for them again, and if the queue is not limited,
+        the next limited claim takes from the other queues again."""
+        if queue_name in self._keyed_queues:
+            self._keyed_idle = False
         if queue_name not in self.limited:
             self._others_idle_until = -math.inf
 
