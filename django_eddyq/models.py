@@ -206,6 +206,9 @@ class Job(models.Model):
                 condition=Q(state__in=list(TERMINAL_STATES), retention__isnull=False),
             ),
             models.Index("batch", name="eddyq_jobs_batch_idx", condition=Q(batch__isnull=False)),
+            # Workflows' steps waiting for their dependencies: the overview counts them along
+            # it; a job that is no step never has an entry.
+            models.Index("id", name="eddyq_jobs_pending_idx", condition=Q(state=JobState.PENDING)),
             # The admin's task filter. Only the jobs that stay a while: every row version of a
             # job passing through (available, then running) would cost an index entry of its
             # own on each enqueue and each claim.

@@ -1551,7 +1551,9 @@ WHERE class.oid = to_regclass('eddyq_jobs')
 # positional parameters before the LIMIT's), so that neither count reads the heap for more rows
 # than expired ones: few, while the cleaner keeps up.
 _STATE_COUNTS = """
-SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' LIMIT %s) AS job)
+SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'pending' LIMIT %s) AS job)
+           AS pending,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' LIMIT %s) AS job)
            AS scheduled,
        (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'available' LIMIT %s) AS job)
            AS available,

@@ -66,7 +66,9 @@ class Workflow:
         )
         self.id: int | None = None
         self.steps: list[Step] = []
+        self._own: set[int] = set()  # id() of self.steps' steps: membership in O(1)
         self._names: set[str] = set()
+        self._numbered: dict[str, int] = {}  # the last number a default name was given
         self._stored: dict[str, Step] = {}  # a running workflow's steps, by name, as named
 
     def add(
@@ -95,6 +97,7 @@ class Workflow:
             bool(ignore_failure),
         )
         self.steps.append(step)
+        self._own.add(id(step))
         return step
 
     def _dependency(self, step: Step | str) -> Step:
@@ -115,7 +118,7 @@ class Workflow:
                 f"step {step.name!r} is a step of workflow {step.workflow.name!r}, "
                 f"not of {self.name!r}"
             )
-        if step.signature is not None and step not in self.steps:
+        if step.signature is not None and id(step) not in self._own:
             raise InvalidWorkflow(f"workflow {self.name!r} has no step {step.name!r}")
         return step
 
@@ -125,9 +128,10 @@ class Workflow:
         if name in self._names:
             if given is not None:
                 raise InvalidWorkflow(f"workflow {self.name!r} already has a step {name!r}")
-            number = 2
+            number = self._numbered.get(name, 1) + 1
             while f"{name}-{number}" in self._names:
                 number += 1
+            self._numbered[name] = number
             name = f"{name}-{number}"
         self._names.add(name)
         return name

@@ -196,6 +196,14 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.AddIndex(
+            model_name="job",
+            index=models.Index(
+                models.F("id"),
+                condition=models.Q(("state", "pending")),
+                name="eddyq_jobs_pending_idx",
+            ),
+        ),
+        migrations.AddIndex(
             model_name="workflowedge",
             index=models.Index(models.F("downstream_id"), name="eddyq_workflow_edges_down_idx"),
         ),
