@@ -17,9 +17,13 @@ __all__ = [
     "Discard",
     "Snooze",
     "Task",
+    "Workflow",
     "batch",
     "cancel_requested",
+    "chain",
     "current_job",
+    "current_workflow",
+    "group",
     "pause_queue",
     "periodic_schedules",
     "resume_queue",
@@ -39,6 +43,10 @@ _LAZY = {
     "run_periodic_now": "django_eddyq.maintenance.periodic",
     "set_periodic_enabled": "django_eddyq.maintenance.periodic",
     "set_queue_limits": "django_eddyq.queues",
+    "Workflow": "django_eddyq.workflows",
+    "chain": "django_eddyq.workflows",
+    "group": "django_eddyq.workflows",
+    "current_workflow": "django_eddyq.workflows",
 }
 
 

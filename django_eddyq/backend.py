@@ -45,6 +45,7 @@ from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.handlers import Handler
 from django_eddyq.models import Job
 from django_eddyq.retention import parse_retention
+from django_eddyq.tasks import Signature, signature_of
 from django_eddyq.tasks import Task as EddyqOwnTask
 from django_eddyq.vocabulary import (
     TERMINAL_STATES,
@@ -134,6 +135,14 @@ class EddyqTask(_TaskBase):
                 changes[name] = value
         return dataclasses.replace(self, **changes)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task with these arguments, as a workflow's step (``Workflow.add``)."""
+        backend = self.get_backend()
+        if not isinstance(backend, EddyqBackend):
+            raise InvalidTask(f"task {self.module_path} is not of an eddyq backend")
+        backend.validate_task(self)
+        return signature_of(backend.job_spec(self, args, kwargs))
+
 
 class EddyqBackend(BaseTaskBackend):
     """Django's Tasks on eddyq: jobs in PostgreSQL, in the caller's transaction.
@@ -191,7 +200,7 @@ class EddyqBackend(BaseTaskBackend):
     ) -> TaskResult[P, R]:
         """Store a job in the current transaction of the queue's database."""
         self.validate_task(task)
-        job = insert_jobs([self._job_spec(task, args, kwargs)])[0]
+        job = insert_jobs([self.job_spec(task, args, kwargs)])[0]
         result = self._enqueued(task, job)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -206,13 +215,13 @@ class EddyqBackend(BaseTaskBackend):
         included. The signal is sent with ``asend``, so async receivers run on the event loop.
         """
         self.validate_task(task)
-        spec = self._job_spec(task, args, kwargs)
+        spec = self.job_spec(task, args, kwargs)
         jobs = await sync_to_async(insert_jobs, thread_sensitive=True)([spec])
         result = self._enqueued(task, jobs[0])
         await task_enqueued.asend(type(self), task_result=result)
         return result
 
-    def _job_spec(
+    def job_spec(
         self, task: Task[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> JobSpec:
         normal_args, normal_kwargs = normalize_arguments(args, kwargs)

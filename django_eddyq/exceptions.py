@@ -55,3 +55,8 @@ class ScheduleNotFound(LookupError):
             f"no periodic schedule {name!r} is configured (in EDDYQ['PERIODIC'] or by "
             "@task(cron=...))"
         )
+
+
+class InvalidWorkflow(ValueError):
+    """A workflow that cannot be stored as built: a cycle, a step of another workflow, an
+    unknown step, a name used twice. Nothing of it was stored."""

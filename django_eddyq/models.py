@@ -22,6 +22,7 @@ from django_eddyq.vocabulary import (
     WAITING_STATES,
     BatchState,
     JobState,
+    WorkflowState,
 )
 
 
@@ -245,6 +246,9 @@ class Job(models.Model):
                 condition=Q(state__in=list(TERMINAL_STATES), retention__isnull=False),
             ),
             models.Index("batch", name="eddyq_jobs_batch_idx", condition=Q(batch__isnull=False)),
+            # Workflows' steps waiting for their dependencies: the overview counts them along
+            # it; a job that is no step never has an entry.
+            models.Index("id", name="eddyq_jobs_pending_idx", condition=Q(state=JobState.PENDING)),
             # The admin's task filter. Only the jobs that stay a while: every row version of a
             # job passing through (available, then running) would cost an index entry of its
             # own on each enqueue and each claim.
@@ -335,6 +339,135 @@ class Batch(models.Model):
 
     def __str__(self) -> str:
         return f"batch {self.pk} ({self.state})"
+
+
+class WorkflowRun(models.Model):
+    """A workflow as enqueued (``workflows.Workflow``): its steps are jobs, with a row each in
+    ``WorkflowStep`` and their dependencies in ``WorkflowEdge``.
+
+    ``unfinished`` counts the steps not yet ended and ``failed`` those that ended failed or
+    cancelled; both change in the transaction that ends (or retries) a step. When the last step
+    ends the workflow is finalized, and its jobs are kept ``retention`` seconds more (null:
+    forever); the cleaner then deletes them with the workflow.
+    """
+
+    State = WorkflowState
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(_("name"), max_length=200)
+    state = models.CharField(
+        _("state"), max_length=16, choices=State.choices, default=State.RUNNING
+    )
+    retention = models.FloatField(
+        _("retention in seconds"),
+        null=True,
+        blank=True,
+        help_text=_("How long its jobs are kept once every step has ended; null: forever."),
+    )
+    steps = models.PositiveIntegerField(_("steps"), default=0)
+    unfinished = models.PositiveIntegerField(_("unfinished steps"), default=0)
+    failed = models.PositiveIntegerField(_("failed or cancelled steps"), default=0)
+    created_at = models.DateTimeField(_("created at"), db_default=TransactionNow())
+    finalized_at = models.DateTimeField(_("finalized at"), null=True, blank=True)
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "eddyq_workflows"
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        ordering: ClassVar[list[str]] = ["-id"]
+        indexes: ClassVar[list[models.Index]] = [
+            # The cleaner finds the finalized workflows past their retention.
+            models.Index(
+                "finalized_at",
+                name="eddyq_workflows_final_idx",
+                condition=Q(finalized_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"workflow {self.name} #{self.pk} ({self.state})"
+
+    def cancel(self) -> int:
+        """Cancel every unfinished step (a running one is asked to stop); the steps changed."""
+        from django_eddyq import workflows
+
+        changed = workflows.cancel_workflow(self.pk)
+        self.refresh_from_db()
+        return changed
+
+    def retry_failed(self) -> int:
+        """Retry every failed or cancelled step; the steps they cancelled come back pending."""
+        from django_eddyq import workflows
+
+        changed = workflows.retry_workflow(self.pk)
+        self.refresh_from_db()
+        return changed
+
+
+class WorkflowStep(models.Model):
+    """A step of a workflow: its job (same id), its name in the workflow, how many of the steps
+    it depends on have not yet ended as it needs (``waiting_on``: it is released at 0), how it
+    ended (null while unfinished), and, cancelled because a step it depends on failed, the
+    step that started it (``cancelled_by``: retrying that one brings it back)."""
+
+    job_id = models.BigIntegerField(_("job"), primary_key=True)
+    workflow = models.ForeignKey(
+        WorkflowRun,
+        verbose_name=_("workflow"),
+        related_name="step_rows",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+    )
+    name = models.CharField(_("name"), max_length=200)
+    waiting_on = models.PositiveIntegerField(_("dependencies not yet met"), default=0)
+    ended_state = models.CharField(_("ended"), max_length=16, null=True, blank=True)  # noqa: DJ001
+    cancelled_by = models.BigIntegerField(_("cancelled because of job"), null=True, blank=True)
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "eddyq_workflow_steps"
+        verbose_name = _("workflow step")
+        verbose_name_plural = _("workflow steps")
+        constraints: ClassVar[list[models.BaseConstraint]] = [
+            models.UniqueConstraint("workflow", "name", name="eddyq_workflow_steps_name"),
+        ]
+        indexes: ClassVar[list[models.Index]] = [
+            # Retrying a step finds the steps it cancelled.
+            models.Index(
+                "cancelled_by",
+                name="eddyq_workflow_steps_cause_idx",
+                condition=Q(cancelled_by__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.name} (job {self.job_id})"
+
+
+class WorkflowEdge(models.Model):
+    """``downstream`` starts once ``upstream`` has completed (or, with ``ignore_failure``, ended
+    in any way). Keyed upstream first: ending a step reads its edges by that key."""
+
+    pk = models.CompositePrimaryKey("upstream_id", "downstream_id")
+    upstream_id = models.BigIntegerField(_("upstream job"))
+    downstream_id = models.BigIntegerField(_("downstream job"))
+    ignore_failure = models.BooleanField(_("ignore failure"), default=False)
+
+    objects = QueueDatabaseManager()
+
+    class Meta:
+        db_table = "eddyq_workflow_edges"
+        verbose_name = _("workflow dependency")
+        verbose_name_plural = _("workflow dependencies")
+        indexes: ClassVar[list[models.Index]] = [
+            models.Index("downstream_id", name="eddyq_workflow_edges_down_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.upstream_id} -> {self.downstream_id}"
 
 
 class Queue(models.Model):

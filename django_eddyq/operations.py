@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from django.db import connections, transaction
 
-from django_eddyq import sql
+from django_eddyq import sql, steps
 from django_eddyq.arguments import loads
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
@@ -47,7 +47,8 @@ def cancel_job(job_id: int) -> bool:
 def retry_job(job_id: int) -> bool:
     """Make the job available now; False if it was already available or running. Raises
     ``ValueError`` for a completed job."""
-    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+    alias = eddyq_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         if retry_many(cursor, [job_id]):
             return True
         cursor.execute(sql.JOB_STATE, {"id": job_id})
@@ -71,13 +72,17 @@ def cancel_many(cursor: Any, ids: Sequence[int]) -> list[ChangedJob]:
     ended_batches = [row[3] for row in rows if row[2] == JobState.CANCELLED and row[3]]
     if ended_batches:
         complete_batches(cursor, ended_batches)
+    steps.settle_ended(cursor, [row[0] for row in rows if row[2] == JobState.CANCELLED])
     return [ChangedJob(*row[:3]) for row in rows]
 
 
 def retry_many(cursor: Any, ids: Sequence[int]) -> list[ChangedJob]:
     """Retry those of the jobs ``ids`` that ``retry_job`` would; the jobs changed."""
     cursor.execute(sql.RETRY_JOBS, {"ids": list(ids)})
-    return [ChangedJob(*row[:3]) for row in cursor.fetchall()]
+    retried = [ChangedJob(*row[:3]) for row in cursor.fetchall()]
+    # A retried step of a workflow may have to wait for its dependencies again.
+    steps.settle_retried(cursor, [job.id for job in retried])
+    return retried
 
 
 def delete_many(cursor: Any, ids: Sequence[int]) -> list[ChangedJob]:

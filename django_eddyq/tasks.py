@@ -34,6 +34,34 @@ type KeyFunction = Callable[..., str | int]
 SCHEDULED_TASKS: dict[str, Task[..., Any]] = {}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Signature:
+    """A task with its arguments, to run later as a workflow's step: ``task.s(*args, **kwargs)``.
+
+    Its arguments are checked and normalised when it is made, so that a workflow is refused at
+    ``add`` for them, before anything is stored.
+    """
+
+    spec: JobSpec
+
+    @property
+    def task(self) -> str:
+        return self.spec.task
+
+    @property
+    def name(self) -> str:
+        """The task's own name, the last part of its path: a step's default name."""
+        return self.spec.task.rpartition(".")[2]
+
+
+def signature_of(spec: JobSpec) -> Signature:
+    """The signature of a job ``spec``: no batch (a step is no part of one), no unique key."""
+    if spec.unique_key is not None:
+        raise ValueError(f"task {spec.task} has jobs unique by key: it cannot be a workflow step")
+    spec.batch_id = None
+    return Signature(spec)
+
+
 class Call:
     """The arguments of one call, for ``enqueue_many`` items with both kinds of argument.
 
@@ -137,6 +165,12 @@ class Task[**P, R]:
             changes["metadata"] = _checked_metadata(metadata)
         return dataclasses.replace(self, **changes)
 
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """This task with these arguments, as a workflow's step (``Workflow.add``)."""
+        if self.unique_for is not None:
+            raise ValueError(f"task {self.path} has unique jobs: it cannot be a workflow step")
+        return signature_of(JobSpec.for_task(self, args, kwargs))
+
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Store one job; part of the current transaction on the queue's database."""
         return insert_jobs([JobSpec.for_task(self, args, kwargs)])[0]
@@ -168,7 +202,15 @@ class Task[**P, R]:
 
 # The keys of a job's metadata that the queue writes itself.
 QUEUE_METADATA_KEYS = frozenset(
-    {"batch_callback", "periodic", "scheduled_for", "django_tasks_backend", "otel"}
+    {
+        "batch_callback",
+        "periodic",
+        "scheduled_for",
+        "django_tasks_backend",
+        "otel",
+        "workflow",
+        "workflow_step",
+    }
 )
 
 

@@ -17,6 +17,8 @@ from django.utils.translation import gettext_lazy as _
 class JobState(models.TextChoices):
     """Where a job is in its life; the ``state`` column of ``eddyq_jobs``."""
 
+    # A workflow's step waiting for the steps it depends on (``workflows.py``).
+    PENDING = "pending", _("pending")
     SCHEDULED = "scheduled", _("scheduled")
     AVAILABLE = "available", _("available")
     RUNNING = "running", _("running")
@@ -32,6 +34,7 @@ class JobState(models.TextChoices):
 WAITING_STATES = (JobState.SCHEDULED.value, JobState.RETRYABLE.value)
 #: Not ended yet: a batch, a queue, a unique key wait for these.
 UNFINISHED_STATES = (
+    JobState.PENDING.value,
     JobState.SCHEDULED.value,
     JobState.AVAILABLE.value,
     JobState.RUNNING.value,
@@ -39,6 +42,13 @@ UNFINISHED_STATES = (
 )
 #: Ended for good; also the states a retention is set for.
 TERMINAL_STATES = (JobState.COMPLETED.value, JobState.FAILED.value, JobState.CANCELLED.value)
+
+
+class WorkflowState(models.TextChoices):
+    RUNNING = "running", _("running")
+    COMPLETED = "completed", _("completed")  # every step completed
+    FAILED = "failed", _("failed")  # every step ended, some failed or were cancelled
+    CANCELLED = "cancelled", _("cancelled")  # cancelled as a whole
 
 
 class BatchState(models.TextChoices):

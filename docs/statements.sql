@@ -1765,7 +1765,7 @@ WITH cancelled AS (
         finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE now() END,
         cancel_requested_at = COALESCE(cancel_requested_at, now())
     WHERE id = ANY(%(ids)s::bigint[])
-      AND state IN ('scheduled', 'available', 'running', 'retryable') AND (state <> 'running' OR cancel_requested_at IS NULL)
+      AND state IN ('pending', 'scheduled', 'available', 'running', 'retryable') AND (state <> 'running' OR cancel_requested_at IS NULL)
     RETURNING id, task, state, batch_id
 )
 SELECT id, task, state, batch_id,
@@ -1795,7 +1795,7 @@ WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('completed', 'failed', 'cancelle
 RETURNING id, task, state
 
 -- sql.CANCELLABLE_JOBS
-SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('scheduled', 'available', 'running', 'retryable') AND (state <> 'running' OR cancel_requested_at IS NULL)
+SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'scheduled', 'available', 'running', 'retryable') AND (state <> 'running' OR cancel_requested_at IS NULL)
 
 -- sql.RETRIABLE_JOBS
 SELECT id, task, state FROM eddyq_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
@@ -1838,6 +1838,409 @@ UPDATE eddyq_batches SET sealed = true WHERE id = %(id)s
 -- sql.SET_BATCH_CALLBACK_JOB
 UPDATE eddyq_batches SET callback_job = %(job_id)s WHERE id = %(id)s
 
+-- sql.INSERT_WORKFLOW
+WITH workflow AS (
+    INSERT INTO eddyq_workflows (
+        name, state, retention, steps, unfinished, failed, created_at
+    )
+    VALUES (%(name)s, 'running', %(retention)s, %(count)s, %(count)s, 0, now())
+    RETURNING id
+), input AS (
+    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+           COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[]
+    ) WITH ORDINALITY AS input(
+        task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
+        waiting, position
+    )
+)
+, created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
+, inserted AS (
+    INSERT INTO eddyq_jobs (
+        id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+        errors, retention, metadata
+    )
+    SELECT input.id, task, args, kwargs, queue, priority,
+           CASE WHEN waiting > 0 THEN 'pending'
+                WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
+           0, max_attempts, due_at, now(), '[]'::jsonb,
+           '{"completed": null, "failed": null, "cancelled": null}'::jsonb,
+           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
+    FROM input CROSS JOIN workflow
+    ORDER BY position
+    RETURNING id, state, run_at, created_at, queue
+), steps AS (
+    INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
+    SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
+), edges AS (
+    INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
+    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    FROM unnest(
+        %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
+        %(edge_ignore)s::boolean[]
+    ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
+    JOIN input AS downstream ON downstream.position = edge.downstream_position
+    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
+    WHERE EXISTS (SELECT FROM workflow)
+)
+SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
+       inserted.created_at, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+FROM inserted JOIN input ON input.id = inserted.id
+ORDER BY input.position
+
+-- sql.ADD_WORKFLOW_STEPS
+WITH workflow AS (
+    UPDATE eddyq_workflows
+    SET steps = steps + %(count)s, unfinished = unfinished + %(count)s
+    WHERE id = %(workflow_id)s AND finalized_at IS NULL
+    RETURNING id
+), input AS (
+    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+           COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
+    FROM unnest(
+        %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
+        %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[]
+    ) WITH ORDINALITY AS input(
+        task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
+        waiting, position
+    )
+)
+, created_queues AS (
+    INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
+    SELECT DISTINCT queue, now(), now(), '{}'::jsonb FROM input
+    ON CONFLICT (name) DO NOTHING
+), touched_queues AS (
+    UPDATE eddyq_queues SET updated_at = now()
+    WHERE name IN (
+        SELECT name FROM eddyq_queues
+        WHERE name IN (SELECT queue FROM input) AND updated_at < now() - interval '5 seconds'
+        FOR UPDATE SKIP LOCKED
+    )
+)
+, inserted AS (
+    INSERT INTO eddyq_jobs (
+        id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
+        errors, retention, metadata
+    )
+    SELECT input.id, task, args, kwargs, queue, priority,
+           CASE WHEN waiting > 0 THEN 'pending'
+                WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
+           0, max_attempts, due_at, now(), '[]'::jsonb,
+           '{"completed": null, "failed": null, "cancelled": null}'::jsonb,
+           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
+    FROM input CROSS JOIN workflow
+    ORDER BY position
+    RETURNING id, state, run_at, created_at, queue
+), steps AS (
+    INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
+    SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
+), edges AS (
+    INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
+    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    FROM unnest(
+        %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
+        %(edge_ignore)s::boolean[]
+    ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
+    JOIN input AS downstream ON downstream.position = edge.downstream_position
+    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
+    WHERE EXISTS (SELECT FROM workflow)
+)
+SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
+       inserted.created_at, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
+)
+FROM inserted JOIN input ON input.id = inserted.id
+ORDER BY input.position
+
+-- sql.LOCK_UPSTREAM_STEPS
+SELECT job_id, name, ended_state FROM eddyq_workflow_steps
+WHERE workflow_id = %(workflow_id)s AND name = ANY(%(names)s::text[])
+ORDER BY job_id
+FOR SHARE
+
+-- sql.END_STEPS
+WITH locked AS (
+    SELECT job_id FROM eddyq_workflow_steps
+    WHERE job_id = ANY(%(ids)s::bigint[]) AND ended_state IS NULL
+    ORDER BY job_id
+    FOR UPDATE
+)
+UPDATE eddyq_workflow_steps AS step
+SET ended_state = job.state
+FROM locked, eddyq_jobs AS job
+WHERE step.job_id = locked.job_id
+  AND job.id = step.job_id
+  AND job.state IN ('completed', 'failed', 'cancelled')
+RETURNING step.job_id, step.workflow_id, step.ended_state
+
+-- sql.CANCEL_DEPENDENTS
+WITH RECURSIVE doomed(job_id, root) AS (
+    SELECT edge.downstream_id, COALESCE(cause.cancelled_by, cause.job_id)
+    FROM eddyq_workflow_steps AS cause
+    JOIN eddyq_workflow_edges AS edge
+      ON edge.upstream_id = cause.job_id AND NOT edge.ignore_failure
+    WHERE cause.job_id = ANY(%(ids)s::bigint[])
+    UNION
+    SELECT edge.downstream_id, doomed.root
+    FROM doomed
+    JOIN eddyq_workflow_edges AS edge
+      ON edge.upstream_id = doomed.job_id AND NOT edge.ignore_failure
+), picked AS (
+    SELECT DISTINCT ON (job_id) job_id, root FROM doomed ORDER BY job_id, root
+), locked AS (
+    SELECT step.job_id, picked.root
+    FROM eddyq_workflow_steps AS step
+    JOIN picked ON picked.job_id = step.job_id
+    JOIN eddyq_jobs AS job ON job.id = step.job_id
+    WHERE step.ended_state IS NULL AND job.state = 'pending'
+    ORDER BY step.job_id
+    FOR UPDATE OF step, job
+), cancelled_steps AS (
+    UPDATE eddyq_workflow_steps AS step
+    SET ended_state = 'cancelled', cancelled_by = locked.root
+    FROM locked
+    WHERE step.job_id = locked.job_id
+    RETURNING step.job_id, step.workflow_id
+), cancelled_jobs AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'cancelled',
+        finalized_at = now(),
+        errors = job.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', job.attempt,
+            'error', format('DependencyFailed: step %%s (job %%s) ended %%s',
+                            cause.name, cause.job_id, cause.ended_state),
+            'at', now()))
+    FROM locked
+    JOIN eddyq_workflow_steps AS cause ON cause.job_id = locked.root
+    WHERE job.id = locked.job_id
+)
+SELECT job_id, workflow_id FROM cancelled_steps
+
+-- sql.RELEASE_DEPENDENTS
+WITH ended AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(completed)s::boolean[]) AS ended(job_id, completed)
+), satisfied AS (
+    SELECT edge.downstream_id AS job_id, count(*) AS edges
+    FROM ended
+    JOIN eddyq_workflow_edges AS edge ON edge.upstream_id = ended.job_id
+    WHERE ended.completed OR edge.ignore_failure
+    GROUP BY edge.downstream_id
+), locked AS (
+    SELECT step.job_id, satisfied.edges
+    FROM eddyq_workflow_steps AS step
+    JOIN satisfied ON satisfied.job_id = step.job_id
+    WHERE step.ended_state IS NULL
+    ORDER BY step.job_id
+    FOR UPDATE OF step
+), counted AS (
+    UPDATE eddyq_workflow_steps AS step
+    SET waiting_on = GREATEST(step.waiting_on - locked.edges, 0)
+    FROM locked
+    WHERE step.job_id = locked.job_id
+    RETURNING step.job_id, step.waiting_on
+), released AS (
+    UPDATE eddyq_jobs AS job
+    SET state = CASE WHEN job.run_at > now() THEN 'scheduled' ELSE 'available' END
+    FROM counted
+    WHERE job.id = counted.job_id AND counted.waiting_on = 0 AND job.state = 'pending'
+    RETURNING job.id, job.state, job.queue
+)
+SELECT count(*), (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM released WHERE state = 'scheduled' LIMIT 1) AS waiting)
+    FROM (SELECT DISTINCT queue FROM released WHERE state = 'available') AS woken
+)
+FROM released
+
+-- sql.WORKFLOW_PROGRESS
+WITH change AS (
+    SELECT workflow_id, sum(finished)::integer AS finished, sum(failed)::integer AS failed
+    FROM unnest(%(workflow_ids)s::bigint[], %(finished)s::integer[], %(failed)s::integer[])
+         AS change(workflow_id, finished, failed)
+    GROUP BY workflow_id
+), locked AS (
+    SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
+    WHERE id IN (SELECT workflow_id FROM change)
+    ORDER BY id
+    FOR UPDATE
+), progressed AS (
+    UPDATE eddyq_workflows AS workflow
+    SET unfinished = GREATEST(workflow.unfinished - change.finished, 0),
+        failed = GREATEST(workflow.failed + change.failed, 0),
+        state = CASE
+            WHEN change.finished < 0 THEN 'running'
+            WHEN workflow.state = 'cancelled' THEN 'cancelled'
+            WHEN workflow.unfinished - change.finished > 0 THEN 'running'
+            WHEN workflow.failed + change.failed > 0 THEN 'failed'
+            ELSE 'completed' END,
+        finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
+                            THEN COALESCE(workflow.finalized_at, now()) END
+    FROM change JOIN locked ON locked.id = change.workflow_id
+    WHERE workflow.id = change.workflow_id
+    RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
+), kept AS (
+    UPDATE eddyq_jobs AS job
+    SET retention = CASE
+        WHEN progressed.finalized_at IS NULL
+            THEN '{"completed": null, "failed": null, "cancelled": null}'::jsonb
+        ELSE jsonb_build_object(
+            job.state,
+            extract(epoch FROM progressed.finalized_at - job.finalized_at)::float8
+            + progressed.retention)
+        END
+    FROM progressed
+    JOIN eddyq_workflow_steps AS step ON step.workflow_id = progressed.id
+    WHERE job.id = step.job_id AND (progressed.finalized_at IS NOT NULL) <> progressed.was_ended
+)
+SELECT id FROM progressed WHERE finalized_at IS NOT NULL AND NOT was_ended
+
+-- sql.REOPEN_STEPS
+WITH locked AS (
+    SELECT job_id FROM eddyq_workflow_steps
+    WHERE (job_id = ANY(%(ids)s::bigint[]) OR cancelled_by = ANY(%(ids)s::bigint[]))
+      AND ended_state IN ('failed', 'cancelled')
+    ORDER BY job_id
+    FOR UPDATE
+)
+UPDATE eddyq_workflow_steps AS step
+SET ended_state = NULL, cancelled_by = NULL
+FROM locked
+WHERE step.job_id = locked.job_id
+RETURNING step.job_id, step.workflow_id
+
+-- sql.LOCK_STEPS
+SELECT job_id FROM eddyq_workflow_steps
+WHERE ended_state IS NULL
+  AND (job_id = ANY(%(ids)s::bigint[])
+       OR job_id IN (SELECT downstream_id FROM eddyq_workflow_edges
+                     WHERE upstream_id = ANY(%(ids)s::bigint[])))
+ORDER BY job_id
+FOR UPDATE
+
+-- sql.RECOUNT_STEPS
+WITH counted AS (
+    UPDATE eddyq_workflow_steps AS step
+    SET waiting_on = (
+        SELECT count(*) FROM eddyq_workflow_edges AS edge
+        JOIN eddyq_workflow_steps AS upstream ON upstream.job_id = edge.upstream_id
+        WHERE edge.downstream_id = step.job_id
+          AND (upstream.ended_state IS NULL
+               OR (upstream.ended_state <> 'completed' AND NOT edge.ignore_failure))
+    )
+    WHERE step.job_id = ANY(%(ids)s::bigint[])
+    RETURNING step.job_id, step.waiting_on
+), moved AS (
+    UPDATE eddyq_jobs AS job
+    SET state = CASE WHEN counted.waiting_on > 0 THEN 'pending'
+                     WHEN job.run_at > now() THEN 'scheduled' ELSE 'available' END,
+        finalized_at = NULL,
+        cancel_requested_at = NULL,
+        result = NULL
+    FROM counted
+    WHERE job.id = counted.job_id
+      AND (job.state = 'cancelled'
+           OR (job.state IN ('available', 'scheduled') AND counted.waiting_on > 0)
+           OR (job.state = 'pending' AND counted.waiting_on = 0))
+    RETURNING job.id, job.state, job.queue
+)
+SELECT count(*), (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+    FROM (SELECT DISTINCT queue FROM moved WHERE state = 'available') AS woken
+)
+FROM moved
+
+-- sql.FAILED_UPSTREAMS
+SELECT DISTINCT upstream.job_id
+FROM eddyq_workflow_edges AS edge
+JOIN eddyq_workflow_steps AS upstream ON upstream.job_id = edge.upstream_id
+WHERE edge.downstream_id = ANY(%(ids)s::bigint[])
+  AND NOT edge.ignore_failure
+  AND upstream.ended_state IN ('failed', 'cancelled')
+
+-- sql.UNFINISHED_STEPS
+SELECT job_id FROM eddyq_workflow_steps
+WHERE workflow_id = %(id)s AND ended_state IS NULL
+ORDER BY job_id
+
+-- sql.FAILED_STEPS
+SELECT job_id FROM eddyq_workflow_steps
+WHERE workflow_id = %(id)s AND ended_state IN ('failed', 'cancelled') AND cancelled_by IS NULL
+ORDER BY job_id
+
+-- sql.MARK_WORKFLOW_CANCELLED
+UPDATE eddyq_workflows SET state = 'cancelled' WHERE id = %(id)s AND state <> 'completed'
+
+-- sql.DEPENDENCY_RESULTS
+SELECT upstream.name, job.state, job.result
+FROM eddyq_workflow_edges AS edge
+JOIN eddyq_workflow_steps AS upstream ON upstream.job_id = edge.upstream_id
+JOIN eddyq_jobs AS job ON job.id = edge.upstream_id
+WHERE edge.downstream_id = %(job_id)s
+ORDER BY upstream.name
+
+-- sql.STEP_RESULT
+SELECT job.state, job.result
+FROM eddyq_workflow_steps AS step
+JOIN eddyq_jobs AS job ON job.id = step.job_id
+WHERE step.workflow_id = %(workflow_id)s AND step.name = %(name)s
+
+-- sql.DELETE_EXPIRED_WORKFLOWS
+WITH doomed AS (
+    SELECT id FROM eddyq_workflows
+    WHERE finalized_at IS NOT NULL AND retention IS NOT NULL
+      AND finalized_at + make_interval(secs => retention)
+          <= COALESCE(%(now)s::timestamptz, now())
+    ORDER BY finalized_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), steps AS (
+    DELETE FROM eddyq_workflow_steps AS step
+    USING doomed
+    WHERE step.workflow_id = doomed.id
+    RETURNING step.job_id
+), edges AS (
+    DELETE FROM eddyq_workflow_edges AS edge
+    USING steps
+    WHERE edge.upstream_id = steps.job_id
+), jobs AS (
+    DELETE FROM eddyq_jobs AS job
+    USING steps
+    WHERE job.id = steps.job_id AND job.state IN ('completed', 'failed', 'cancelled')
+), deleted AS (
+    DELETE FROM eddyq_workflows AS workflow
+    USING doomed
+    WHERE workflow.id = doomed.id
+    RETURNING 1
+)
+SELECT count(*) FROM deleted
+
+-- sql.WORKFLOW_EXPIRED
+COALESCE(eddyq_workflows.finalized_at + make_interval(secs => eddyq_workflows.retention) <= now(), false)
+
 -- sql.TABLE_ESTIMATE
 SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%(table)s)
 
@@ -1851,7 +2254,9 @@ LEFT JOIN pg_stats AS stats
 WHERE class.oid = to_regclass('eddyq_jobs')
 
 -- sql.state_counts_statement (every terminal state with a RETENTION)
-SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' LIMIT %s) AS job)
+SELECT (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'pending' LIMIT %s) AS job)
+           AS pending,
+       (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'scheduled' LIMIT %s) AS job)
            AS scheduled,
        (SELECT count(*) FROM (SELECT FROM eddyq_jobs WHERE state = 'available' LIMIT %s) AS job)
            AS available,

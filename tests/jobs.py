@@ -405,3 +405,46 @@ def customer_rate(customer: str) -> None:
 def one_at_a_time(seconds: float) -> None:
     """Limited as a whole: one running on all workers."""
     overlap.func(seconds)
+
+
+def _database_clock() -> float:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+        (seconds,) = cursor.fetchone()
+    return float(seconds)
+
+
+@task(max_attempts=3)
+def workflow_step(label: str, seconds: float = 0.0, fail: bool = False) -> dict[str, Any]:
+    """A workflow's step: returns when it started and ended by the database's clock, and the
+    results of the steps it depends on; writes one Execution row (its label, its job) in its
+    own transaction. ``fail``: raises every attempt."""
+    from django_eddyq import current_job, current_workflow
+
+    started = _database_clock()
+    time.sleep(seconds)
+    if fail:
+        raise RuntimeError(f"step {label} fails")
+    workflow = current_workflow()
+    inputs = workflow.results() if workflow is not None else {}
+    job = current_job()
+    Execution.objects.create(label=label, job_id=job.id if job else None, pid=os.getpid())
+    return {"label": label, "started": started, "ended": _database_clock(), "inputs": inputs}
+
+
+@task
+def fan_out(count: int) -> int:
+    """Adds ``count`` steps after itself to its workflow, and one after all of them."""
+    from django_eddyq import current_workflow
+
+    workflow = current_workflow()
+    assert workflow is not None
+    parts = [
+        workflow.add(workflow_step.s(f"part-{n}"), after=[workflow.step], name=f"part-{n}")
+        for n in range(count)
+    ]
+    workflow.add(workflow_step.s("gather"), after=parts, name="gather")
+    workflow.enqueue()
+    return count

@@ -182,6 +182,30 @@ def queues_and_batches() -> Rendered:
         yield f"sql.{name}", getattr(sql, name)
 
 
+def workflows() -> Rendered:
+    for name in (
+        "INSERT_WORKFLOW",
+        "ADD_WORKFLOW_STEPS",
+        "LOCK_UPSTREAM_STEPS",
+        "END_STEPS",
+        "CANCEL_DEPENDENTS",
+        "RELEASE_DEPENDENTS",
+        "WORKFLOW_PROGRESS",
+        "REOPEN_STEPS",
+        "LOCK_STEPS",
+        "RECOUNT_STEPS",
+        "FAILED_UPSTREAMS",
+        "UNFINISHED_STEPS",
+        "FAILED_STEPS",
+        "MARK_WORKFLOW_CANCELLED",
+        "DEPENDENCY_RESULTS",
+        "STEP_RESULT",
+        "DELETE_EXPIRED_WORKFLOWS",
+        "WORKFLOW_EXPIRED",
+    ):
+        yield f"sql.{name}", getattr(sql, name)
+
+
 def inspection() -> Rendered:
     yield "sql.TABLE_ESTIMATE", sql.TABLE_ESTIMATE
     yield "sql.STATE_STATISTICS", sql.STATE_STATISTICS
@@ -231,6 +255,7 @@ def rendered() -> list[tuple[str, str]]:
         *election(),
         *retention(),
         *queues_and_batches(),
+        *workflows(),
         *inspection(),
         *health(),
         *metrics(),

@@ -27,13 +27,17 @@ class Cleaner(Service):
     pass, so a changed setting applies to jobs finalized before. None keeps forever; zero
     deletes at the next pass. Rows go in batches of ``batch_size``, each its own short
     statement, so the cleaner never holds many locks for long and skips rows others hold.
-    Jobs of a deleted batch stay, their ``batch`` set to NULL by the database.
+    Jobs of a deleted batch stay, their ``batch`` set to NULL by the database. A workflow goes
+    once it has ended plus its retention, its jobs with it (they expire with it: see
+    ``sql.WORKFLOW_PROGRESS``).
     """
 
     name = "cleaner"
     interval_setting = "CLEANER_INTERVAL"
     verb = "deleted"
     batch_size: ClassVar[int] = 1000
+    # A workflow takes its steps with it: fewer per statement.
+    workflow_batch_size: ClassVar[int] = 50
 
     def run_once(self, now: datetime | None = None) -> int:
         retention = eddyq_settings.RETENTION
@@ -47,6 +51,22 @@ class Cleaner(Service):
         batch_period = bounded_period(retention["batch"])
         if batch_period is not None:
             deleted += self.delete_expired("eddyq_batches", sql.BATCH_EXPIRED, (now, batch_period))
+        deleted += self.delete_expired_workflows(now)
+        return deleted
+
+    def delete_expired_workflows(self, now: datetime | None) -> int:
+        """Delete the workflows past their retention (counted once each), with their steps,
+        their dependencies and what is left of their jobs, a batch per statement."""
+        deleted = 0
+        with self.cursor() as cursor:
+            while not self.stopping:
+                cursor.execute(
+                    sql.DELETE_EXPIRED_WORKFLOWS, {"now": now, "limit": self.workflow_batch_size}
+                )
+                (count,) = cursor.fetchone()
+                deleted += count
+                if count < self.workflow_batch_size:
+                    break
         return deleted
 
     def delete_expired(self, table: str, condition: str, params: Sequence[Any]) -> int:

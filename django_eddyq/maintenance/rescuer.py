@@ -15,6 +15,7 @@ from django_eddyq.handlers import Handler, retry_delay
 from django_eddyq.lifecycle import DATABASE_UNREACHABLE
 from django_eddyq.maintenance.service import Service
 from django_eddyq.operations import complete_batches
+from django_eddyq.steps import settle_ended
 from django_eddyq.vocabulary import JobState
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class Rescuer(Service):
             ended_batches = {batch for _id, state, batch in rows if batch and state != "retryable"}
             if ended_batches:
                 complete_batches(cursor, sorted(ended_batches))
+            settle_ended(cursor, [job_id for job_id, state, _ in rows if state != "retryable"])
         by_id = {job[0]: job for job in stuck}
         for job_id, state, _batch in rows:
             if state == JobState.FAILED:
@@ -108,6 +110,7 @@ class Rescuer(Service):
                 batches = [batch for (batch,) in cursor.fetchall() if batch]
                 if batches:
                     complete_batches(cursor, batches)
+                settle_ended(cursor, [job_id])
         except DATABASE_UNREACHABLE:
             raise
         except DatabaseError:

@@ -27,6 +27,7 @@ from django_eddyq.conf import eddyq_settings
 from django_eddyq.limits import Limits
 from django_eddyq.maintenance.scheduler import PROMOTE_BATCH
 from django_eddyq.operations import complete_batches
+from django_eddyq.steps import settle_ended
 from django_eddyq.vocabulary import TERMINAL_STATES
 from django_eddyq.worker.execution import ClaimedJob, Outcome, claimed_job, outcome_records
 
@@ -61,6 +62,16 @@ class Pass:
                 if outcome.job.batch_id is not None and outcome.state in TERMINAL_STATES
             }
         )
+
+    @property
+    def ended_steps(self) -> list[int]:
+        """The jobs of workflow steps that this pass ends (``steps.settle_ended`` reads which
+        really did: a step is known by the key its workflow wrote in its metadata)."""
+        return [
+            outcome.job.id
+            for outcome in self.outcomes
+            if "workflow" in outcome.job.metadata and outcome.state in TERMINAL_STATES
+        ]
 
     def is_empty(self) -> bool:
         return not (self.outcomes or self.renew or self.claim or self.touch or self.seen)
@@ -110,6 +121,9 @@ def run_pass(
             if ended_batches:
                 with connection.cursor() as cursor:
                     complete_batches(cursor, ended_batches)
+            if ended_steps := planned.ended_steps:
+                with connection.cursor() as cursor:
+                    settle_ended(cursor, ended_steps)
         if planned.renew:
             heartbeat = connection.execute(
                 sql.HEARTBEAT,
@@ -347,6 +361,10 @@ class PassRunner:
             if ended:
                 with self.connection.cursor() as cursor:
                     complete_batches(cursor, sorted(ended))
+            cancelled = [job_id for job_id, state, _batch, _ in rows if state != "available"]
+            if cancelled:
+                with self.connection.cursor() as cursor:
+                    settle_ended(cursor, cancelled)
         for job_id, state, _batch, _notified in rows:
             logger.warning(
                 "eddyq worker %s: job %s was claimed by a pass whose reply was lost; %s",
