@@ -206,6 +206,22 @@ class BatchFilter(admin.SimpleListFilter):
         return queryset.none() if batch_id is None else queryset.filter(batch_id=batch_id)
 
 
+class LimitKeyFilter(admin.SimpleListFilter):
+    """The jobs counted under one key of their task's limits (``?limit_key=<key>``, linked from
+    a job); shown only when used."""
+
+    title = _("limit key")
+    parameter_name = "limit_key"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value or str(_("the whole task")))] if value is not None else []
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> Any:
+        value = self.value()
+        return queryset if value is None else queryset.filter(limit_key=value)
+
+
 # The change list: estimated counts, light rows.
 
 DEFERRED_JOB_FIELDS = ("args", "kwargs", "errors", "result", "metadata")
@@ -393,7 +409,7 @@ class JobAdmin(EstimatingAdmin):
         "retention_display",
     )
     list_display_links = ("id",)
-    list_filter = ("state", QueueFilter, TaskFilter, BatchFilter)
+    list_filter = ("state", QueueFilter, TaskFilter, BatchFilter, LimitKeyFilter)
     # Shown as the search box; get_search_results does the searching.
     search_fields = ("=id", "task", "args")
     search_help_text = _(
@@ -412,7 +428,7 @@ class JobAdmin(EstimatingAdmin):
         ("id", "state_badge", "attempts", "worker_display", "priority"),
         ("task", "queue", "batch_link"),
         ("created_at", "run_at", "attempted_at", "finalized_at"),
-        ("retention_display", "unique_key"),
+        ("retention_display", "unique_key", "limit_key_link"),
     )
     lease_fields = ("lease_display", ("locked_by", "locked_until", "heartbeat_at"))
 
@@ -521,7 +537,9 @@ class JobAdmin(EstimatingAdmin):
     bulk_seconds = 5.0
     #: The list's parameters that are its filters, as JobFilter reads them; "o" and "p" (the
     #: order and the page) select nothing.
-    BULK_PARAMETERS = frozenset({"state__exact", "queue", "task", "batch", "q", "o", "p"})
+    BULK_PARAMETERS = frozenset(
+        {"state__exact", "queue", "task", "batch", "limit_key", "q", "o", "p"}
+    )
 
     def get_urls(self) -> list[URLPattern]:
         own = [
@@ -574,6 +592,7 @@ class JobAdmin(EstimatingAdmin):
                 queues=tuple(filter(None, parameters.getlist("queue")))[-1:],
                 tasks=tuple(filter(None, parameters.getlist("task")))[-1:],
                 batch=batch,
+                limit_key=parameters.get("limit_key"),
                 search=parameters.get("q", ""),
                 search_arguments=sees_payload(request),
             )
@@ -759,6 +778,17 @@ class JobAdmin(EstimatingAdmin):
             return "—"
         url = reverse("admin:django_eddyq_batch_change", args=[job.batch_id])
         return format_html('<a href="{}">{}</a>', url, _("batch %(id)s") % {"id": job.batch_id})
+
+    @admin.display(description=_("limit key"))
+    def limit_key_link(self, job: Job) -> SafeString | str:
+        """The key its task's limits count it under, linked to the task's jobs of that key."""
+        if job.limit_key is None:
+            return "—"
+        url = reverse("admin:django_eddyq_job_changelist")
+        query = urlencode({"task": job.task, "limit_key": job.limit_key})
+        return format_html(
+            '<a href="{}?{}">{}</a>', url, query, job.limit_key or _("the whole task")
+        )
 
     @admin.display(description=_("positional arguments"))
     def args_json(self, job: Job) -> SafeString:

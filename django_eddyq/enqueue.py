@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import hashlib
+import inspect
 import itertools
 import json
 import re
@@ -79,6 +80,7 @@ class JobSpec:
         path, priority, retention = task.path, task.priority, task.retention
         metadata = task.metadata
         limited, key = task.limits is not None, task.key
+        signature = inspect.signature(task.func) if key is not None else None
         specs = []
         for args, kwargs in calls:
             normal_args, normal_kwargs = normalize_arguments(args, kwargs)
@@ -87,7 +89,7 @@ class JobSpec:
                 job_limit_key = (
                     WHOLE_TASK_KEY
                     if key is None
-                    else _limit_key(key, path, normal_args, normal_kwargs)
+                    else _limit_key(key, signature, path, normal_args, normal_kwargs)
                 )
             specs.append(
                 cls(
@@ -113,15 +115,45 @@ class JobSpec:
 
 
 def _limit_key(
-    key: Callable[..., object], path: str, args: list[Any], kwargs: dict[str, Any]
+    key: Callable[..., object],
+    signature: inspect.Signature | None,
+    path: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
 ) -> str:
+    call_args, call_kwargs = _key_arguments(signature, args, kwargs)
     try:
-        value = key(*args, **kwargs)
+        value = key(*call_args, **call_kwargs)
     except Exception as error:
         raise TypeError(
             f"the key of task {path} failed on args {args!r} and kwargs {kwargs!r}: {error!r}"
         ) from error
     return limit_key(value, task=path)
+
+
+def _key_arguments(
+    signature: inspect.Signature | None, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """A call's arguments for its task's key function: by name (the task's parameters, their
+    defaults filled in), so that ``lambda customer_id, **_: customer_id`` reads the argument
+    however it was passed; as given when the task takes ``*args`` or the call does not fit."""
+    if signature is None or any(
+        parameter.kind is inspect.Parameter.VAR_POSITIONAL
+        for parameter in signature.parameters.values()
+    ):
+        return args, kwargs
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return args, kwargs
+    bound.apply_defaults()
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return [], named
 
 
 def _unique_key(

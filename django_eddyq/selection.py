@@ -44,6 +44,7 @@ class JobFilter:
     queues: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
     batch: int | None = None
+    limit_key: str | None = None  # the key of its task's limits ("" for the whole task)
     since: datetime | None = None
     until: datetime | None = None
     search: str = ""
@@ -64,6 +65,7 @@ class JobFilter:
             or self.queues
             or self.tasks
             or self.batch is not None
+            or self.limit_key is not None
             or self.since
             or self.until
             or self.search.strip()
@@ -82,6 +84,8 @@ class JobFilter:
             queryset = queryset.filter(task__in=list(self.tasks))
         if self.batch is not None:
             queryset = queryset.filter(batch_id=self.batch)
+        if self.limit_key is not None:
+            queryset = queryset.filter(limit_key=self.limit_key)
         if self.since is not None:
             queryset = queryset.filter(created_at__gte=self.since)
         if self.until is not None:
@@ -105,6 +109,8 @@ class JobFilter:
             parts.append("of task " + " or ".join(self.tasks))
         if self.batch is not None:
             parts.append(f"of batch {self.batch}")
+        if self.limit_key is not None:
+            parts.append(f"of limit key {self.limit_key!r}")
         if self.since is not None:
             parts.append(f"enqueued since {self.since.isoformat(timespec='seconds')}")
         if self.until is not None:

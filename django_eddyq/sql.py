@@ -427,26 +427,28 @@ _BUCKET_FULL_AT = """clock.at + make_interval(
 # The jobs of tasks limited per key (docs/flow-control.md). Each such task's limits come as
 # parallel arrays, from the worker's registry (the code, not a row, declares them). A key has
 # room for its concurrency less its running jobs (in any queue), and for its bucket's whole
-# tokens; its jobs are offered in claim order, as many as it has room for, and the best of all
-# keys' offers are taken. The buckets of the keys taken from are written back, named
-# "task:<path>:<key>".
+# tokens. Every claim of a key's jobs, and every write of its bucket, is made under the key's
+# advisory lock, taken by LOCK_KEYS in the claim's transaction before the claim: the claim's
+# snapshot, taken after the lock, sees every claim of the key committed before. Keys are
+# locked with pg_try_advisory_xact_lock, so that workers claim different keys side by side and
+# none ever waits for another.
 #
-# Where the keys' jobs are found: first in a window, the first {window} keyed jobs in claim
-# order (eddyq_jobs_keyed_order_idx), which serves when most keys have room. When the window is
-# full and offers fewer than {limit} jobs (a key's backlog held back by its limit fills it), the
-# keys are walked ({key_heads}), one index probe each along eddyq_jobs_keyed_claim_idx, whose
-# first entry past a (queue, task, key) is the next one's next job: however long a key's
-# backlog, the jobs of other keys behind it are found in the same claim.
-_KEYED_PICKED = """
-, task_limit AS MATERIALIZED (
-    SELECT * FROM unnest(
-        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
-        %(key_period)s::float8[], %(key_burst)s::integer[]
-    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
+# LOCK_KEYS chooses the keys: those with room whose next jobs come first in claim order, up to
+# {limit} of them, locked in that order, skipping a key another worker holds; it leaves them in
+# the transaction's setting eddyq.claim_keys for the claim. It finds the keys' jobs first in a
+# window, the first {window} keyed jobs in claim order (eddyq_jobs_keyed_order_idx), which
+# serves when most keys have room. When the window is full and has fewer than {limit} jobs
+# with room (a key's backlog held back by its limit fills it), the keys are walked
+# ({key_heads}), one index probe each along eddyq_jobs_keyed_claim_idx, whose first entry past
+# a (queue, task, key) is the next one's next job: however long a key's backlog, the jobs of
+# other keys behind it are found in the same claim.
+_KEY_CANDIDATES = """
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), task_limit AS MATERIALIZED (
+    {task_limit}
 ), key_running AS MATERIALIZED (
-    SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
-    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
-    GROUP BY task, limit_key
+    {key_running}
 ), key_window AS MATERIALIZED (
     SELECT queue, task, limit_key, id, priority, run_at,
            row_number() OVER (
@@ -463,7 +465,7 @@ _KEYED_PICKED = """
 ), window_room AS MATERIALIZED (
     {window_room}
 ), window_offer AS MATERIALIZED (
-    SELECT job.id, job.priority, job.run_at
+    SELECT job.id
     FROM key_window AS job
     JOIN window_room AS room ON room.task = job.task AND room.limit_key = job.limit_key
     WHERE job.nth <= room.allowed
@@ -476,20 +478,59 @@ _KEYED_PICKED = """
     ORDER BY head.task, head.limit_key, head.priority DESC, head.run_at, head.id
 ), walked_room AS MATERIALIZED (
     {walked_room}
+), candidate AS MATERIALIZED (
+    SELECT queue, task, limit_key FROM (
+        SELECT queue, task, limit_key, priority, run_at, id FROM window_room WHERE allowed >= 1
+        UNION ALL
+        SELECT queue, task, limit_key, priority, run_at, id FROM walked_room WHERE allowed >= 1
+    ) AS offer
+    ORDER BY priority DESC, run_at, id
+)
+SELECT set_config('eddyq.claim_keys', COALESCE(jsonb_agg(locked)::text, '[]'), true)
+FROM (
+    SELECT queue, task, limit_key FROM candidate
+    WHERE pg_try_advisory_xact_lock(1701078137, hashtext('task:' || task || ':' || limit_key))
+    LIMIT {limit}
+) AS locked
+"""
+_TASK_LIMIT = """SELECT * FROM unnest(
+        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
+        %(key_period)s::float8[], %(key_burst)s::integer[]
+    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)"""
+_KEY_RUNNING = """SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
+    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
+    GROUP BY task, limit_key"""
+# The keys LOCK_KEYS locked, as much of their room as the claim takes, seen after their locks.
+_KEYED_PICKED = """
+, task_limit AS MATERIALIZED (
+    {task_limit}
+), key_running AS MATERIALIZED (
+    {key_running}
+), key_room AS MATERIALIZED (
+    {key_room}
 ), keyed AS (
-    SELECT id, priority, run_at FROM window_offer
-    UNION ALL
-    SELECT id, priority, run_at FROM walked_room WHERE allowed >= 1
+    SELECT job.id, job.priority, job.run_at
+    FROM key_room
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_room.queue
+              AND task = key_room.task AND limit_key = key_room.limit_key
+              AND queue NOT IN ({paused_queues})
+        ORDER BY priority DESC, run_at, id
+        LIMIT key_room.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+    WHERE key_room.allowed >= 1
 ), keyed_picked AS (
-    SELECT id FROM eddyq_jobs
-    WHERE id = ANY(ARRAY(
-        SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-        LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
-    ))
-      AND state = 'available'
-    FOR UPDATE SKIP LOCKED
+    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
 )"""
-# How much room each key of {source} (its first job per key, or its only one) has.
+_LOCKED_KEYS = """(
+        SELECT locked.*, NULL::bigint AS id, NULL::smallint AS priority,
+               NULL::timestamptz AS run_at
+        FROM jsonb_to_recordset(COALESCE(current_setting('eddyq.claim_keys', true), '[]')::jsonb)
+             AS locked(queue text, task text, limit_key text)
+    )"""
 _KEY_ROOM = """SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
@@ -522,7 +563,7 @@ _KEY_SPENT = """, key_spent AS (
     INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
     SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
            {full_at}
-    FROM (SELECT * FROM window_room UNION ALL SELECT * FROM walked_room) AS allowance
+    FROM key_room AS allowance
     CROSS JOIN clock
     JOIN (
         SELECT task, limit_key, count(*) AS jobs FROM claimed
@@ -577,13 +618,36 @@ _KEY_HEADS_FROM_QUEUES = """key_heads AS (
 _PAUSED_QUEUES = "SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL"
 
 
+def lock_keys_statement(limit: int, queues: Sequence[str] | None) -> str:
+    """Locks up to ``limit`` keys with room of the tasks limited per key (sent as
+    ``%(keyed_tasks)s`` and the like), of ``queues`` or of any queue, for the keyed claim that
+    follows in the transaction (``limited_claim_statement(..., keyed=True)``)."""
+    # window: how many keyed jobs are read in claim order before the keys are walked.
+    return _KEY_CANDIDATES.format(
+        task_limit=_TASK_LIMIT,
+        key_running=_KEY_RUNNING,
+        window_room=_KEY_ROOM.format(
+            source="(SELECT * FROM key_window WHERE nth = 1)", limit=int(limit)
+        ),
+        walked_room=_KEY_ROOM.format(source="walked", limit=int(limit)),
+        key_heads=(_KEY_HEADS_ANY_QUEUE if queues is None else _KEY_HEADS_FROM_QUEUES).format(
+            walk_keys=_WALK_KEYS.format(window=int(max(4 * limit, 32)), limit=int(limit))
+        ),
+        queue_filter=_queue_filter(queues),
+        paused_queues=_PAUSED_QUEUES,
+        window=int(max(4 * limit, 32)),
+        limit=int(limit),
+    )
+
+
 def limited_claim_statement(
     limit: int, queues: Sequence[str] | None, *, others: bool = True, keyed: bool = False
 ) -> str:
     """The claim of up to ``limit`` jobs when some of the worker's queues are limited (sent as
     ``%(limited)s``, after ``LOCK_LIMITS``), or some of its tasks are limited per key
-    (``keyed``, their limits sent as ``%(keyed_tasks)s`` and the like): see ``claim_statement``
-    for the rest. Without ``others``, from the limited queues and keys only."""
+    (``keyed``, their limits sent as ``%(keyed_tasks)s`` and the like, after
+    ``lock_keys_statement``): see ``claim_statement`` for the rest. Without ``others``, from the
+    limited queues and keys only."""
     other_picked = (
         _OTHER_PICKED.format(
             queue_filter=_queue_filter(queues),
@@ -595,17 +659,10 @@ def limited_claim_statement(
     )
     keyed_picked = (
         _KEYED_PICKED.format(
-            window_room=_KEY_ROOM.format(
-                source="(SELECT * FROM key_window WHERE nth = 1)", limit=int(limit)
-            ),
-            walked_room=_KEY_ROOM.format(source="walked", limit=int(limit)),
-            key_heads=(_KEY_HEADS_ANY_QUEUE if queues is None else _KEY_HEADS_FROM_QUEUES).format(
-                walk_keys=_WALK_KEYS.format(window=int(max(4 * limit, 32)), limit=int(limit))
-            ),
-            queue_filter=_queue_filter(queues),
+            task_limit=_TASK_LIMIT,
+            key_running=_KEY_RUNNING,
+            key_room=_KEY_ROOM.format(source=_LOCKED_KEYS, limit=int(limit)),
             paused_queues=_PAUSED_QUEUES,
-            # How many keyed jobs are read in claim order before the keys are walked.
-            window=int(max(4 * limit, 32)),
             limit=int(limit),
         )
         if keyed

@@ -798,50 +798,10 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
--- sql.limited_claim_statement (limit 16, any queue, keyed)
+-- sql.lock_keys_statement (limit 16, any queue)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
-), allowance AS MATERIALIZED (
-    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
-           GREATEST(
-               LEAST(
-                   16,
-                   queue.concurrency - (
-                       SELECT count(*) FROM eddyq_jobs AS job
-                       WHERE job.state = 'running' AND job.queue = queue.name
-                   ),
-                   floor(refill.tokens)
-               ),
-               0
-           )::integer AS allowed
-    FROM eddyq_queues AS queue
-    CROSS JOIN clock
-    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
-    CROSS JOIN LATERAL (
-        SELECT LEAST(
-                   queue.rate_burst::float8,
-                   COALESCE(bucket.tokens, queue.rate_burst)
-                   + queue.rate_limit / queue.rate_period
-                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
-               ) AS tokens
-    ) AS refill
-    WHERE queue.name = ANY(%(limited)s::text[])
-      AND queue.paused_at IS NULL
-      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
-), limited AS (
-    SELECT job.id, job.priority, job.run_at
-    FROM allowance
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM eddyq_jobs
-        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
-        ORDER BY priority DESC, run_at, id
-        LIMIT allowance.allowed
-        FOR UPDATE SKIP LOCKED
-    ) AS job
-), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
-)
-, task_limit AS MATERIALIZED (
+), task_limit AS MATERIALIZED (
     SELECT * FROM unnest(
         %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
         %(key_period)s::float8[], %(key_burst)s::integer[]
@@ -889,7 +849,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                ) END AS tokens
     ) AS refill
 ), window_offer AS MATERIALIZED (
-    SELECT job.id, job.priority, job.run_at
+    SELECT job.id
     FROM key_window AS job
     JOIN window_room AS room ON room.task = job.task AND room.limit_key = job.limit_key
     WHERE job.nth <= room.allowed
@@ -943,84 +903,22 @@ WITH RECURSIVE clock AS MATERIALIZED (
                      * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
                ) END AS tokens
     ) AS refill
-), keyed AS (
-    SELECT id, priority, run_at FROM window_offer
-    UNION ALL
-    SELECT id, priority, run_at FROM walked_room WHERE allowed >= 1
-), keyed_picked AS (
-    SELECT id FROM eddyq_jobs
-    WHERE id = ANY(ARRAY(
-        SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-        LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
-    ))
-      AND state = 'available'
-    FOR UPDATE SKIP LOCKED
-), other_picked AS (
-    SELECT id FROM eddyq_jobs
-    WHERE state = 'available' AND limit_key IS NULL 
-      AND queue NOT IN (SELECT name FROM eddyq_queues
-                       WHERE paused_at IS NOT NULL
-                          OR concurrency IS NOT NULL
-                          OR rate_limit IS NOT NULL)
+), candidate AS MATERIALIZED (
+    SELECT queue, task, limit_key FROM (
+        SELECT queue, task, limit_key, priority, run_at, id FROM window_room WHERE allowed >= 1
+        UNION ALL
+        SELECT queue, task, limit_key, priority, run_at, id FROM walked_room WHERE allowed >= 1
+    ) AS offer
     ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(
-        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
-    )
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE eddyq_jobs AS job
-    SET state = 'running',
-    attempt = LEAST(job.attempt, 2147483646) + 1,
-    attempted_at = now(),
-    attempted_by = %(worker_id)s,
-    heartbeat_at = now(),
-    locked_by = %(worker_id)s,
-    locked_until = now() + make_interval(secs => %(lease_seconds)s)
-    WHERE job.id = ANY(ARRAY(
-        SELECT id FROM limited_picked
-        UNION ALL SELECT id FROM keyed_picked
-        UNION ALL SELECT id FROM other_picked
-    ))
-    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
-              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
-              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
-              job.limit_key
-), spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
-           clock.at + make_interval(
-               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
-                        * allowance.rate_period / allowance.rate_limit
-           )
-    FROM allowance
-    CROSS JOIN clock
-    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
-      AS taken ON taken.queue = allowance.name
-    WHERE allowance.tokens IS NOT NULL
-    ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
-), key_spent AS (
-    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
-    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
-           clock.at + make_interval(
-               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
-                        * allowance.rate_period / allowance.rate_limit
-           )
-    FROM (SELECT * FROM window_room UNION ALL SELECT * FROM walked_room) AS allowance
-    CROSS JOIN clock
-    JOIN (
-        SELECT task, limit_key, count(*) AS jobs FROM claimed
-        WHERE limit_key IS NOT NULL GROUP BY task, limit_key
-    ) AS taken ON taken.task = allowance.task AND taken.limit_key = allowance.limit_key
-    WHERE allowance.tokens IS NOT NULL
-    ON CONFLICT (name) DO UPDATE
-    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )
-SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
-       created
-FROM claimed
+SELECT set_config('eddyq.claim_keys', COALESCE(jsonb_agg(locked)::text, '[]'), true)
+FROM (
+    SELECT queue, task, limit_key FROM candidate
+    WHERE pg_try_advisory_xact_lock(1701078137, hashtext('task:' || task || ':' || limit_key))
+    LIMIT 16
+) AS locked
 
--- sql.limited_claim_statement (limit 16, given queues, keyed)
+-- sql.limited_claim_statement (limit 16, any queue, keyed)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
@@ -1072,6 +970,129 @@ WITH RECURSIVE clock AS MATERIALIZED (
     SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
     WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
     GROUP BY task, limit_key
+), key_room AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               16,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
+               COALESCE(floor(refill.tokens), 16)
+           )::integer AS allowed
+    FROM (
+        SELECT locked.*, NULL::bigint AS id, NULL::smallint AS priority,
+               NULL::timestamptz AS run_at
+        FROM jsonb_to_recordset(COALESCE(current_setting('eddyq.claim_keys', true), '[]')::jsonb)
+             AS locked(queue text, task text, limit_key text)
+    ) AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
+), keyed AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM key_room
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_room.queue
+              AND task = key_room.task AND limit_key = key_room.limit_key
+              AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+        ORDER BY priority DESC, run_at, id
+        LIMIT key_room.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+    WHERE key_room.allowed >= 1
+), keyed_picked AS (
+    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+), other_picked AS (
+    SELECT id FROM eddyq_jobs
+    WHERE state = 'available' AND limit_key IS NULL 
+      AND queue NOT IN (SELECT name FROM eddyq_queues
+                       WHERE paused_at IS NOT NULL
+                          OR concurrency IS NOT NULL
+                          OR rate_limit IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(
+        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+    )
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE eddyq_jobs AS job
+    SET state = 'running',
+    attempt = LEAST(job.attempt, 2147483646) + 1,
+    attempted_at = now(),
+    attempted_by = %(worker_id)s,
+    heartbeat_at = now(),
+    locked_by = %(worker_id)s,
+    locked_until = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE job.id = ANY(ARRAY(
+        SELECT id FROM limited_picked
+        UNION ALL SELECT id FROM keyed_picked
+        UNION ALL SELECT id FROM other_picked
+    ))
+    RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
+              extract(epoch FROM job.run_at)::float8 AS due, job.attempt, job.max_attempts,
+              job.batch_id, job.metadata, extract(epoch FROM job.created_at)::float8 AS created,
+              job.limit_key
+), spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
+    FROM allowance
+    CROSS JOIN clock
+    JOIN (SELECT queue, count(*) AS jobs FROM claimed WHERE limit_key IS NULL GROUP BY queue)
+      AS taken ON taken.queue = allowance.name
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+), key_spent AS (
+    INSERT INTO eddyq_rate_buckets AS bucket (name, tokens, refilled_at, full_at)
+    SELECT allowance.name, allowance.tokens - taken.jobs, clock.at,
+           clock.at + make_interval(
+               secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
+                        * allowance.rate_period / allowance.rate_limit
+           )
+    FROM key_room AS allowance
+    CROSS JOIN clock
+    JOIN (
+        SELECT task, limit_key, count(*) AS jobs FROM claimed
+        WHERE limit_key IS NOT NULL GROUP BY task, limit_key
+    ) AS taken ON taken.task = allowance.task AND taken.limit_key = allowance.limit_key
+    WHERE allowance.tokens IS NOT NULL
+    ON CONFLICT (name) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
+)
+SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batch_id, metadata,
+       created
+FROM claimed
+
+-- sql.lock_keys_statement (limit 16, given queues)
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), task_limit AS MATERIALIZED (
+    SELECT * FROM unnest(
+        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
+        %(key_period)s::float8[], %(key_burst)s::integer[]
+    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
+), key_running AS MATERIALIZED (
+    SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
+    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
+    GROUP BY task, limit_key
 ), key_window AS MATERIALIZED (
     SELECT queue, task, limit_key, id, priority, run_at,
            row_number() OVER (
@@ -1111,7 +1132,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                ) END AS tokens
     ) AS refill
 ), window_offer AS MATERIALIZED (
-    SELECT job.id, job.priority, job.run_at
+    SELECT job.id
     FROM key_window AS job
     JOIN window_room AS room ON room.task = job.task AND room.limit_key = job.limit_key
     WHERE job.nth <= room.allowed
@@ -1166,18 +1187,119 @@ WITH RECURSIVE clock AS MATERIALIZED (
                      * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
                ) END AS tokens
     ) AS refill
+), candidate AS MATERIALIZED (
+    SELECT queue, task, limit_key FROM (
+        SELECT queue, task, limit_key, priority, run_at, id FROM window_room WHERE allowed >= 1
+        UNION ALL
+        SELECT queue, task, limit_key, priority, run_at, id FROM walked_room WHERE allowed >= 1
+    ) AS offer
+    ORDER BY priority DESC, run_at, id
+)
+SELECT set_config('eddyq.claim_keys', COALESCE(jsonb_agg(locked)::text, '[]'), true)
+FROM (
+    SELECT queue, task, limit_key FROM candidate
+    WHERE pg_try_advisory_xact_lock(1701078137, hashtext('task:' || task || ':' || limit_key))
+    LIMIT 16
+) AS locked
+
+-- sql.limited_claim_statement (limit 16, given queues, keyed)
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS at
+), allowance AS MATERIALIZED (
+    SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
+           GREATEST(
+               LEAST(
+                   16,
+                   queue.concurrency - (
+                       SELECT count(*) FROM eddyq_jobs AS job
+                       WHERE job.state = 'running' AND job.queue = queue.name
+                   ),
+                   floor(refill.tokens)
+               ),
+               0
+           )::integer AS allowed
+    FROM eddyq_queues AS queue
+    CROSS JOIN clock
+    LEFT JOIN eddyq_rate_buckets AS bucket ON bucket.name = queue.name
+    CROSS JOIN LATERAL (
+        SELECT LEAST(
+                   queue.rate_burst::float8,
+                   COALESCE(bucket.tokens, queue.rate_burst)
+                   + queue.rate_limit / queue.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) AS tokens
+    ) AS refill
+    WHERE queue.name = ANY(%(limited)s::text[])
+      AND queue.paused_at IS NULL
+      AND (queue.concurrency IS NOT NULL OR queue.rate_limit IS NOT NULL)
+), limited AS (
+    SELECT job.id, job.priority, job.run_at
+    FROM allowance
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NULL AND queue = allowance.name
+        ORDER BY priority DESC, run_at, id
+        LIMIT allowance.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+), limited_picked AS (
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+)
+, task_limit AS MATERIALIZED (
+    SELECT * FROM unnest(
+        %(keyed_tasks)s::text[], %(key_concurrency)s::integer[], %(key_rate)s::integer[],
+        %(key_period)s::float8[], %(key_burst)s::integer[]
+    ) AS task_limit(task, concurrency, rate_limit, rate_period, rate_burst)
+), key_running AS MATERIALIZED (
+    SELECT task, limit_key, count(*) AS jobs FROM eddyq_jobs
+    WHERE state = 'running' AND limit_key IS NOT NULL AND task = ANY(%(keyed_tasks)s::text[])
+    GROUP BY task, limit_key
+), key_room AS MATERIALIZED (
+    SELECT head.queue, head.task, head.limit_key, head.id, head.priority, head.run_at,
+           'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
+           task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
+           LEAST(
+               16,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
+               COALESCE(floor(refill.tokens), 16)
+           )::integer AS allowed
+    FROM (
+        SELECT locked.*, NULL::bigint AS id, NULL::smallint AS priority,
+               NULL::timestamptz AS run_at
+        FROM jsonb_to_recordset(COALESCE(current_setting('eddyq.claim_keys', true), '[]')::jsonb)
+             AS locked(queue text, task text, limit_key text)
+    ) AS head
+    JOIN task_limit ON task_limit.task = head.task
+    CROSS JOIN clock
+    LEFT JOIN key_running AS running
+      ON running.task = head.task AND running.limit_key = head.limit_key
+    LEFT JOIN eddyq_rate_buckets AS bucket
+      ON task_limit.rate_limit IS NOT NULL
+     AND bucket.name = 'task:' || head.task || ':' || head.limit_key
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN task_limit.rate_limit IS NOT NULL THEN LEAST(
+                   task_limit.rate_burst::float8,
+                   COALESCE(bucket.tokens, task_limit.rate_burst)
+                   + task_limit.rate_limit / task_limit.rate_period
+                     * GREATEST(extract(epoch FROM clock.at - bucket.refilled_at), 0)
+               ) END AS tokens
+    ) AS refill
 ), keyed AS (
-    SELECT id, priority, run_at FROM window_offer
-    UNION ALL
-    SELECT id, priority, run_at FROM walked_room WHERE allowed >= 1
+    SELECT job.id, job.priority, job.run_at
+    FROM key_room
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM eddyq_jobs
+        WHERE state = 'available' AND limit_key IS NOT NULL AND queue = key_room.queue
+              AND task = key_room.task AND limit_key = key_room.limit_key
+              AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
+        ORDER BY priority DESC, run_at, id
+        LIMIT key_room.allowed
+        FOR UPDATE SKIP LOCKED
+    ) AS job
+    WHERE key_room.allowed >= 1
 ), keyed_picked AS (
-    SELECT id FROM eddyq_jobs
-    WHERE id = ANY(ARRAY(
-        SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-        LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
-    ))
-      AND state = 'available'
-    FOR UPDATE SKIP LOCKED
+    SELECT id FROM keyed ORDER BY priority DESC, run_at, id
+    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
@@ -1229,7 +1351,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                secs => (allowance.rate_burst - (allowance.tokens - taken.jobs))
                         * allowance.rate_period / allowance.rate_limit
            )
-    FROM (SELECT * FROM window_room UNION ALL SELECT * FROM walked_room) AS allowance
+    FROM key_room AS allowance
     CROSS JOIN clock
     JOIN (
         SELECT task, limit_key, count(*) AS jobs FROM claimed

@@ -28,6 +28,7 @@ from django_eddyq.admin import format_datetime
 from django_eddyq.election import ELECTION
 from django_eddyq.maintenance.cleaner import Cleaner
 from django_eddyq.models import Batch, Job, Leader, Queue, WorkerProcess
+from tests import jobs
 from tests.factories import BatchFactory, JobFactory, QueueFactory
 
 pytestmark = pytest.mark.django_db
@@ -1337,6 +1338,25 @@ def test_retry_all_matching_confirms_then_retries_the_filtered_set(superuser: Cl
     assert {job.state for job in Job.objects.filter(pk__in=[j.pk for j in emails])} == {"available"}
     assert Job.objects.get(pk=other.pk).state == "failed"
     assert LogEntry.objects.filter(action_flag=CHANGE).count() == 3
+
+
+def test_the_jobs_of_one_limit_key(superuser: Client) -> None:
+    """A keyed job's page links to its task's jobs of its key; the list filters by it, and
+    "all matching" acts on that key's jobs only."""
+    acme = jobs.one_per_customer.enqueue_many([(0.0, "acme"), (0.0, "acme")])
+    other = jobs.one_per_customer.enqueue(0.0, "globex")
+    page = superuser.get(reverse("admin:django_eddyq_job_change", args=[acme[0].pk]))
+    link = f"{JOBS}?task=tests.jobs.one_per_customer&amp;limit_key=acme"
+    assert link in page.content.decode()
+    listed = superuser.get(JOBS, {"task": "tests.jobs.one_per_customer", "limit_key": "acme"})
+    assert sorted(ids_listed(listed)) == sorted(job.pk for job in acme)
+    url = bulk_url("cancel", limit_key="acme")
+    assert "of limit key &#x27;acme&#x27;" in superuser.get(url).content.decode()
+    superuser.post(url, {"post": "yes"})
+    assert set(Job.objects.filter(limit_key="acme").values_list("state", flat=True)) == {
+        "cancelled"
+    }
+    assert Job.objects.get(pk=other.pk).state == "available"
 
 
 def test_an_all_matching_action_continues_request_after_request(superuser: Client) -> None:

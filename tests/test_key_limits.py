@@ -5,6 +5,7 @@ what the handlers recorded in the database)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -69,6 +70,20 @@ def test_the_key_is_stored_on_the_job() -> None:
     whole = jobs.one_at_a_time.enqueue(0.0)
     assert Job.objects.get(pk=whole.pk).limit_key == ""
     assert Job.objects.get(pk=jobs.add.enqueue(1, 2).pk).limit_key is None
+
+
+def test_the_key_function_gets_the_arguments_by_name() -> None:
+    """However the call passes them, and with the task's defaults."""
+
+    def regional(account: str, region: str = "eu", **options: Any) -> None:
+        """Never run."""
+
+    keyed = task(concurrency=1, key=lambda region, **_: region)(regional)
+    assert keyed.enqueue("acme").limit_key == "eu"
+    assert keyed.enqueue("acme", "us").limit_key == "us"
+    assert keyed.enqueue(account="acme", region="ap", retries=3).limit_key == "ap"
+    by_option = task(concurrency=1, key=lambda retries, **_: retries)(regional)
+    assert by_option.enqueue("acme", retries=3).limit_key == "3"
 
 
 def test_many_jobs_each_get_their_key() -> None:
@@ -274,6 +289,52 @@ def test_a_worker_leaves_out_the_keyed_claim_until_told_of_new_jobs() -> None:
     finally:
         assert runner.connection is not None
         runner.connection.close()
+
+
+def test_concurrent_claimers_never_exceed_a_key_limit() -> None:
+    """Eight connections claim and finish as fast as they can, each locking the keys it takes
+    from without waiting for the others; a ninth samples the running jobs per key all along."""
+    jobs.two_per_customer.enqueue_many([(0.0, f"k{n % 5}") for n in range(400)])
+    stop = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def claimer(number: int) -> None:
+        try:
+            with connect() as conn:
+                while not stop.is_set():
+                    claim(conn, 3, worker=f"w-{number}")
+                    with conn.transaction():
+                        conn.execute(
+                            "UPDATE eddyq_jobs SET state = 'completed', locked_by = NULL "
+                            "WHERE locked_by = %s AND state = 'running'",
+                            [f"w-{number}"],
+                        )
+        except BaseException as error:
+            errors.append(error)
+
+    def sampler() -> None:
+        with connect() as conn:
+            conn.autocommit = True
+            while not stop.is_set():
+                row = conn.execute(
+                    "SELECT COALESCE(max(running), 0) FROM (SELECT count(*) AS running"
+                    " FROM eddyq_jobs WHERE state = 'running' GROUP BY limit_key) AS per_key"
+                ).fetchone()
+                assert row is not None
+                seen.append(row[0])
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    threads.append(threading.Thread(target=sampler))
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: not Job.objects.filter(state__in=["available", "running"]).exists(), 60)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert not errors
+    assert seen and max(seen) <= 2
+    assert Job.objects.filter(state="completed").count() == 400
 
 
 # Real workers.

@@ -90,6 +90,7 @@ def worker_pass() -> Rendered:
     statement = sql.limited_claim_statement(16, None, others=False)
     yield "sql.limited_claim_statement (limit 16, limited queues only)", statement
     for which, queues in (("any queue", None), ("given queues", ["default", "emails"])):
+        yield f"sql.lock_keys_statement (limit 16, {which})", sql.lock_keys_statement(16, queues)
         statement = sql.limited_claim_statement(16, queues, keyed=True)
         yield f"sql.limited_claim_statement (limit 16, {which}, keyed)", statement
     for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS", "WORKER_SEEN", "WORKER_STOPPED"):

@@ -101,8 +101,9 @@ def run_pass(
 
     ``limited``: the worker's queues that have a limit, as last read; ``keyed``: the tasks
     limited per key whose jobs it looks for. While there are any, the claim is the limited one
-    (``sql.limited_claim_statement``), after their locks, and takes from the other queues too
-    unless ``others`` is false.
+    (``sql.limited_claim_statement``), after the limited queues' locks and those of the keys it
+    takes from (``sql.lock_keys_statement``), and takes from the other queues too unless
+    ``others`` is false.
 
     The statements go out together, in pipeline mode: between two syncs they are one implicit
     transaction, so one round trip and one commit serve them all, and an error in any of them
@@ -139,10 +140,15 @@ def run_pass(
         if planned.claim:
             claimer = {"queues": queues, "worker_id": worker_id, "lease_seconds": lease_seconds}
             if limited or keyed:
-                locks = [*limited, *(keyed.lock_names if keyed else ())]
-                connection.execute(sql.LOCK_LIMITS, {"limited": locks})
+                if limited:
+                    connection.execute(sql.LOCK_LIMITS, {"limited": list(limited)})
                 if queues is None:
                     connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
+                if keyed:
+                    connection.execute(
+                        sql.lock_keys_statement(planned.claim, queues),
+                        {"queues": queues, **keyed.params},
+                    )
                 claim = connection.execute(
                     sql.limited_claim_statement(
                         planned.claim, queues, others=others, keyed=keyed is not None
@@ -179,7 +185,6 @@ class KeyedTasks:
 
     paths: frozenset[str]
     queues: frozenset[str]  # the queues they declare, where their jobs go unless told otherwise
-    lock_names: list[str]  # their advisory locks' names, beside the limited queues'
     params: dict[str, list[Any]]
 
     @classmethod
@@ -197,7 +202,6 @@ class KeyedTasks:
                 getattr(task.task, "queue", None) or eddyq_settings.DEFAULT_QUEUE
                 for _path, task in declared
             ),
-            lock_names=[f"task:{path}" for path in paths],
             params={
                 "keyed_tasks": paths,
                 "key_concurrency": [limit.concurrency for limit in limits],
