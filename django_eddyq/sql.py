@@ -618,6 +618,11 @@ _KEY_HEADS_FROM_QUEUES = """key_heads AS (
 _PAUSED_QUEUES = "SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL"
 
 
+# Before LOCK_KEYS and the keyed claim, in their transaction: their plans are reused once they
+# are prepared, instead of planned again at each pass, which took longer than running them.
+KEYED_CLAIM_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+
 def lock_keys_statement(limit: int, queues: Sequence[str] | None) -> str:
     """Locks up to ``limit`` keys with room of the tasks limited per key (sent as
     ``%(keyed_tasks)s`` and the like), of ``queues`` or of any queue, for the keyed claim that

@@ -432,6 +432,9 @@ FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limi
 -- sql.LIMITED_CLAIM_WITHOUT_SORT
 SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)
 
+-- sql.KEYED_CLAIM_GENERIC_PLANS
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+
 -- sql.limited_claim_statement (limit 16, any queue)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at

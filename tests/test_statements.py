@@ -82,7 +82,12 @@ def worker_pass() -> Rendered:
         for which, queues in CLAIM_QUEUES.items():
             statement = sql.claim_statement(limit, queues)
             yield f"sql.claim_statement (limit {limit}, {which})", statement
-    for name in ("LIMITED_QUEUES", "LOCK_LIMITS", "LIMITED_CLAIM_WITHOUT_SORT"):
+    for name in (
+        "LIMITED_QUEUES",
+        "LOCK_LIMITS",
+        "LIMITED_CLAIM_WITHOUT_SORT",
+        "KEYED_CLAIM_GENERIC_PLANS",
+    ):
         yield f"sql.{name}", getattr(sql, name)
     for which, queues in CLAIM_QUEUES.items():
         statement = sql.limited_claim_statement(16, queues)

@@ -145,6 +145,7 @@ def run_pass(
                 if queues is None:
                     connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
                 if keyed:
+                    connection.execute(sql.KEYED_CLAIM_GENERIC_PLANS)
                     connection.execute(
                         sql.lock_keys_statement(planned.claim, queues),
                         {"queues": queues, **keyed.params},
