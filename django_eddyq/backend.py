@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +40,17 @@ from django_eddyq.compat import (
 )
 from django_eddyq.conf import did_you_mean
 from django_eddyq.durations import MAX_DELAY, parse_duration
-from django_eddyq.enqueue import JobSpec, current_batch, due_time, insert_jobs
+from django_eddyq.enqueue import (
+    JobSpec,
+    current_batch,
+    due_time,
+    insert_jobs,
+    key_of,
+    key_signature,
+)
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.handlers import Handler
+from django_eddyq.limits import WHOLE_TASK_KEY, Limits
 from django_eddyq.models import Job
 from django_eddyq.retention import parse_retention
 from django_eddyq.tasks import Signature, signature_of
@@ -89,11 +97,18 @@ class EddyqTask(_TaskBase):
     retention={"failed": "30d"})`` sets them; ``using(max_attempts=..., retention=...)`` works
     everywhere. ``timeout`` takes what eddyq's ``@task`` takes (seconds, ``"1m"``, a
     ``timedelta``); ``max_attempts`` None means the backend's ``OPTIONS["MAX_ATTEMPTS"]``.
+    ``concurrency``, ``rate``, ``burst`` and ``key`` limit its jobs per key across every
+    worker, as eddyq's ``@task`` does (docs/flow-control.md).
     """
 
     max_attempts: int | None = None
     timeout: timedelta | None = None
     retention: Mapping[str, float | None] | None = None
+    concurrency: int | None = None
+    rate: str | None = None
+    burst: int | None = None
+    key: Callable[..., str | int] | None = None
+    limits: Limits | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         try:
@@ -103,6 +118,14 @@ class EddyqTask(_TaskBase):
                 object.__setattr__(self, "timeout", parse_duration(self.timeout, name="timeout"))
             if self.retention is not None:
                 object.__setattr__(self, "retention", parse_retention(self.retention))
+            limits = Limits.from_options(
+                {"concurrency": self.concurrency, "rate": self.rate, "burst": self.burst}
+            )
+            object.__setattr__(self, "limits", limits or None)
+            if self.key is not None and not limits:
+                raise ValueError("a key is given but no limit: give concurrency= or rate= with it")
+            if self.key is not None and not callable(self.key):
+                raise TypeError("the key must be a function of the task's arguments")
         except (TypeError, ValueError) as error:
             raise InvalidTask(str(error)) from None
         # Not super(): a slotted dataclass is a new class, which super() without arguments
@@ -228,6 +251,20 @@ class EddyqBackend(BaseTaskBackend):
         run_at, delay = due_time(task.run_after)
         max_attempts = getattr(task, "max_attempts", None)
         retention = getattr(task, "retention", None)
+        job_limit_key = None
+        if getattr(task, "limits", None) is not None:
+            key = getattr(task, "key", None)
+            job_limit_key = (
+                WHOLE_TASK_KEY
+                if key is None
+                else key_of(
+                    key,
+                    key_signature(task.func, takes_context=task.takes_context),
+                    task.module_path,
+                    normal_args,
+                    normal_kwargs,
+                )
+            )
         return JobSpec(
             task=task.module_path,
             args=normal_args,
@@ -240,6 +277,7 @@ class EddyqBackend(BaseTaskBackend):
             retention=None if retention is None else dict(retention),
             metadata={BACKEND_METADATA_KEY: self.alias},
             batch_id=current_batch.get(),
+            limit_key=job_limit_key,
         )
 
     def _enqueued[**P, R](self, task: Task[P, R], job: Job) -> TaskResult[P, R]:
@@ -362,6 +400,7 @@ def django_task_handler(task: Task[..., Any]) -> Handler:
         timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else None,
         backoff=None,
         hooks=DjangoTaskHooks(task),
+        limits=getattr(task, "limits", None),
     )
 
 

@@ -80,7 +80,7 @@ class JobSpec:
         path, priority, retention = task.path, task.priority, task.retention
         metadata = task.metadata
         limited, key = task.limits is not None, task.key
-        signature = inspect.signature(task.func) if key is not None else None
+        signature = key_signature(task.func) if key is not None else None
         specs = []
         for args, kwargs in calls:
             normal_args, normal_kwargs = normalize_arguments(args, kwargs)
@@ -89,7 +89,7 @@ class JobSpec:
                 job_limit_key = (
                     WHOLE_TASK_KEY
                     if key is None
-                    else _limit_key(key, signature, path, normal_args, normal_kwargs)
+                    else key_of(key, signature, path, normal_args, normal_kwargs)
                 )
             specs.append(
                 cls(
@@ -114,13 +114,24 @@ class JobSpec:
         return specs
 
 
-def _limit_key(
+def key_signature(func: Callable[..., Any], *, takes_context: bool = False) -> inspect.Signature:
+    """The parameters a task's key function is given by name: the task function's, but the
+    context a Django task takes first."""
+    signature = inspect.signature(func)
+    if takes_context:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return signature
+
+
+def key_of(
     key: Callable[..., object],
     signature: inspect.Signature | None,
     path: str,
     args: list[Any],
     kwargs: dict[str, Any],
 ) -> str:
+    """The limit key of a job of task ``path`` with these (normalised) arguments: ``key``'s
+    answer, checked (``limits.limit_key``). TypeError or ValueError names the task."""
     call_args, call_kwargs = _key_arguments(signature, args, kwargs)
     try:
         value = key(*call_args, **call_kwargs)

@@ -94,3 +94,8 @@ if FORWARDS_OPTIONS:
     async def slow(seconds: float) -> str:
         await asyncio.sleep(seconds)
         return "late"
+
+    @task(concurrency=1, key=lambda customer, **_: customer)
+    def one_import_per_customer(customer: str, part: int) -> int:
+        """At most one running per customer, on all workers."""
+        return part

@@ -19,9 +19,11 @@ from django.db.models.functions import Now
 from django.test import override_settings
 
 from django_eddyq.backend import EddyqBackend, EddyqTask
+from django_eddyq.limits import Limits
 from django_eddyq.models import Job
 from django_eddyq.registry import handler
 from django_eddyq.worker import Worker
+from django_eddyq.worker.passes import KeyedTasks, Pass, connect, run_pass
 from tests import jobs as eddyq_jobs
 
 try:
@@ -193,6 +195,44 @@ def test_eddyq_options_are_validated() -> None:
         make_task(func=jobs.add.func, timeout="soon")
     with pytest.raises(InvalidTask, match="retention key 'done'"):
         make_task(func=jobs.add.func, retention={"done": "1d"})
+
+
+def test_limits_per_key_are_validated_and_give_each_job_its_key() -> None:
+    with pytest.raises(InvalidTask, match="a key is given but no limit"):
+        make_task(func=jobs.add.func, key=lambda a, **_: a)
+    with pytest.raises(InvalidTask, match="rate 'often' is invalid"):
+        make_task(func=jobs.add.func, rate="often")
+    limited = make_task(func=jobs.add.func, concurrency=2, key=lambda b, **_: b * 10)
+    assert limited.limits == Limits(concurrency=2)
+    assert default_task_backend.job_spec(limited, (1, 2), {}).limit_key == "20"
+    whole = make_task(func=jobs.add.func, rate="5/s")
+    assert default_task_backend.job_spec(whole, (1, 2), {}).limit_key == ""
+    context = make_task(
+        func=jobs.describe_context.func, takes_context=True, concurrency=1, key=lambda label: label
+    )
+    assert default_task_backend.job_spec(context, ("x",), {}).limit_key == "x"
+
+
+@pytest.mark.skipif(not jobs.FORWARDS_OPTIONS, reason="Django 6.0's @task takes no options")
+def test_decorator_limits_per_key_hold_on_workers() -> None:
+    results = [
+        jobs.one_import_per_customer.enqueue(customer, part)
+        for customer, part in (("acme", 1), ("acme", 2), ("globex", 3))
+    ]
+    assert [stored(result).limit_key for result in results] == ["acme", "acme", "globex"]
+    keyed = KeyedTasks.declared()
+    assert keyed is not None and jobs.one_import_per_customer.module_path in keyed.paths
+    with connect() as conn:
+        done = run_pass(
+            conn,
+            Pass(outcomes=[], renew=[], promote=False, claim=10, touch=[]),
+            worker_id="w-1",
+            lease_seconds=60,
+            queues=None,
+            keyed=keyed,
+        )
+    claimed = {job.id for job in done.claimed}
+    assert claimed == {int(results[0].id), int(results[2].id)}  # one per customer
 
 
 # Enqueueing.

@@ -200,7 +200,10 @@ class KeyedTasks:
         return cls(
             paths=frozenset(paths),
             queues=frozenset(
-                getattr(task.task, "queue", None) or eddyq_settings.DEFAULT_QUEUE
+                # eddyq's Task names it queue, Django's queue_name.
+                getattr(task.task, "queue", None)
+                or getattr(task.task, "queue_name", None)
+                or eddyq_settings.DEFAULT_QUEUE
                 for _path, task in declared
             ),
             params={
