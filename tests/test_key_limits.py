@@ -427,3 +427,40 @@ def test_a_killed_worker_holds_its_keys_until_its_jobs_are_rescued(
     assert not Job.objects.filter(limit_key="A", state="completed").exists()
     wait_for(lambda: Job.objects.filter(limit_key="A", state="completed").count() == 4, 60)
     assert overlap_per_key()["A"] == 1
+
+
+def test_four_workers_keep_each_key_to_its_rate(start_workers: None) -> None:
+    """Four worker processes drain two customers' jobs limited to 10 a second each (a burst of
+    2): over 6 seconds from each key's first claim, each key's claims (by their time in the
+    database) are its rate's, within 5 %, and no second of a key holds more than its bucket and
+    its refill."""
+    jobs.customer_rate.enqueue_many([(key,) for key in "AB" for _ in range(200)])
+    wait_for(lambda: Job.objects.filter(state="completed").count() >= 2, 30)
+    time.sleep(6.5)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH claim AS (
+                SELECT limit_key AS key, attempted_at AS at FROM eddyq_jobs
+                WHERE attempted_at IS NOT NULL
+            ), first AS (SELECT key, min(at) AS at FROM claim GROUP BY key)
+            SELECT claim.key,
+                   count(*) FILTER (WHERE claim.at < first.at + interval '6 seconds'),
+                   (SELECT max(n) FROM (
+                        SELECT count(*) AS n
+                        FROM claim AS other, (SELECT DISTINCT at FROM claim AS c
+                                              WHERE c.key = claim.key) AS one
+                        WHERE other.key = claim.key
+                          AND other.at >= one.at AND other.at < one.at + interval '1 second'
+                        GROUP BY one.at) AS windows)
+            FROM claim JOIN first USING (key)
+            GROUP BY claim.key
+            ORDER BY claim.key
+            """
+        )
+        rows = cursor.fetchall()
+    assert [key for key, _claimed, _busiest in rows] == ["A", "B"]
+    for _key, claimed, busiest in rows:
+        # The bucket (2) at first, then 10 a second: 62 at most in 6 seconds.
+        assert 57 <= claimed <= 62
+        assert busiest <= 2 + 10 + 1
