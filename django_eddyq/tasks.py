@@ -63,6 +63,7 @@ class Task[**P, R]:
     unique_for: timedelta | None = None
     unique_key: str | None = None
     metadata: Mapping[str, Any] | None = None
+    atomic: bool = False
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -202,6 +203,7 @@ def task[**P, R](
     retention: Mapping[str, object] | None = None,
     cron: str | None = None,
     unique_for: str | float | timedelta | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -217,13 +219,16 @@ def task[**P, R](
     retention: Mapping[str, object] | None = None,
     cron: str | None = None,
     unique_for: str | float | timedelta | None = None,
+    atomic: bool = False,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``.
 
     ``cron="*/5 * * * *"`` also enqueues it on that schedule (without arguments), once per
     scheduled time, from the elected leader's periodic enqueuer. ``unique_for="1h"``: enqueueing
     it with the same arguments and queue as a job that is unfinished, or completed within the
-    last hour, returns that job instead of inserting another.
+    last hour, returns that job instead of inserting another. ``atomic=True``: the handler runs
+    in a transaction on the queue's database that also writes its job's completion, so that its
+    writes commit once, with the completion, or not at all (see docs/atomic-handlers.md).
 
     Declaring a task registers it under its path: workers run the jobs of registered tasks only.
     """
@@ -241,6 +246,7 @@ def task[**P, R](
             unique_for=(
                 None if unique_for is None else parse_duration(unique_for, name="unique_for")
             ),
+            atomic=atomic,
         )
         registry.declare(
             new.path,
@@ -249,6 +255,7 @@ def task[**P, R](
                 func=func,
                 timeout=None if new.timeout is None else new.timeout.total_seconds(),
                 backoff=new.backoff,
+                atomic=atomic,
             ),
         )
         if cron is not None:
