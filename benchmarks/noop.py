@@ -15,3 +15,9 @@ def pause(seconds: float) -> None:
     """Sleeps ``seconds``: a job that takes time and no CPU, as one waiting on a service does
     (flow control's rows, where how many run at once is what is measured)."""
     time.sleep(seconds)
+
+
+@task(atomic=True)
+def atomic_noop() -> None:
+    """Does nothing, atomically: what is measured is the cost of a completion committed on its
+    own, in the handler's transaction, against the batched completions of ``noop``."""
