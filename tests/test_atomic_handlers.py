@@ -7,6 +7,7 @@ killed and frozen.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -104,9 +105,12 @@ def test_an_attempt_that_does_not_complete_rolls_its_writes_back(
     assert labels(job) == []
 
 
-def test_a_lost_lease_commits_nothing(fast_settings: None) -> None:
+def test_a_lost_lease_commits_nothing(
+    fast_settings: None, caplog: pytest.LogCaptureFixture
+) -> None:
     """The job was taken from the worker while its handler ran (as the rescuer takes a job
     whose lease passed, and another worker completes it): the handler's writes roll back."""
+    caplog.set_level(logging.INFO, logger="django_eddyq.worker.execution")
     job = jobs.atomic_writes.enqueue("too late", "waits at the gate")
     with worker_running() as worker:
         assert jobs.Gate.reached.wait(10)
@@ -114,7 +118,7 @@ def test_a_lost_lease_commits_nothing(fast_settings: None) -> None:
             state="completed", locked_by=None, locked_until=None, result="done elsewhere"
         )
         jobs.Gate.opened.set()
-        wait_for(lambda: worker.processed == 1, seconds=10)
+        wait_for(lambda: "what it wrote was rolled back" in caplog.text, seconds=10)
 
     stored = refreshed(job)
     assert (stored.state, stored.result, stored.errors) == ("completed", "done elsewhere", [])
