@@ -128,6 +128,25 @@ class Retained(Eddyq):
         )
 
 
+class Atomic(Eddyq):
+    """The same queue, its no-op jobs atomic: each completion its own commit, in the handler's
+    transaction (docs/atomic-handlers.md). The handlers' Django connections persist from job to
+    job (``conn_max_age``), as they should wherever handlers use the database: otherwise each
+    job would also pay for a connection."""
+
+    name = "django-eddyq-atomic"
+
+    def __init__(self, url: str, env: dict[str, str]) -> None:
+        persistent = f"{url}{'&' if '?' in url else '?'}conn_max_age=60"
+        super().__init__(url, {**env, "DATABASE_URL": persistent})
+
+    def enqueue_many(self, n: int, chunk: int) -> None:
+        from benchmarks.noop import atomic_noop
+
+        for start in range(0, n, chunk):
+            atomic_noop.enqueue_many([()] * min(chunk, n - start))
+
+
 class Paced(Eddyq):
     """The same queue, drained of 5 ms jobs in flow control's queue by workers that serve
     (without ``--burst``: a burst worker exits at its first claim that takes nothing, which
@@ -282,12 +301,14 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
             results, "enqueue_many", harness.enqueue_many, queue, config["many"], config["chunk"]
         )
     if "drain" in wanted:
-        # The instrumented row right after the plain one it is compared with.
+        # The instrumented and atomic rows right after the plain one they are compared with.
         instrumented = Eddyq(queue.url, {**queue.env, **INSTRUMENTED_ENVIRONMENT})
+        atomic = Atomic(queue.url, queue.env)
         for key, drained, options in [
             ("drain_c1", queue, {"concurrency": 1}),
             ("drain_c10", queue, {"concurrency": 10}),
             ("drain_c10_instrumented", instrumented, {"concurrency": 10, "instrumented": True}),
+            ("drain_c10_atomic", atomic, {"concurrency": 10}),
             ("drain_p2", queue, {"concurrency": 10, "processes": 2}),
         ]:
             harness.guarded(
@@ -301,6 +322,7 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
                 timeout=timeout,
             )
         instrumented.close()
+        atomic.close()
     if "flow" in wanted:
         results.update(flow_control(queue, config["flow"], log_dir=log_dir, timeout=timeout))
     if "latency" in wanted:

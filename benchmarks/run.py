@@ -306,6 +306,11 @@ def sections(sizes: dict[str, Any], by_key: dict[str, Subject]) -> list[Section]
                     "drain_c10_instrumented",
                     "django-eddyq     --concurrency 10, metrics and tracing on",
                 ),
+                Row(
+                    "eddyq",
+                    "drain_c10_atomic",
+                    "django-eddyq     --concurrency 10, atomic jobs (@task(atomic=True))",
+                ),
                 Row("eddyq", "drain_c1", "django-eddyq     eddyq_worker --burst --concurrency 1"),
                 Row("eddyq", "drain_p2", "django-eddyq     --processes 2 --concurrency 10"),
                 Row("raw", "claim_batch100", "raw psycopg      claim + complete, batch 100"),

@@ -72,7 +72,7 @@ else:
 
 #: The job's ``metadata`` key naming the TASKS alias a Django task was enqueued through.
 BACKEND_METADATA_KEY = "django_tasks_backend"
-OPTIONS = ("MAX_ATTEMPTS",)
+OPTIONS = ("MAX_ATTEMPTS", "ATOMIC")
 DEFAULT_MAX_ATTEMPTS = 1
 # A job id as a result id: what ``str(job.pk)`` gives for a bigint primary key.
 _RESULT_ID = re.compile(r"[1-9][0-9]{0,18}")
@@ -96,7 +96,8 @@ class EddyqTask(_TaskBase):
     On Django 6.1 (and with the django-tasks backport) ``@task(max_attempts=5, timeout="1m",
     retention={"failed": "30d"})`` sets them; ``using(max_attempts=..., retention=...)`` works
     everywhere. ``timeout`` takes what eddyq's ``@task`` takes (seconds, ``"1m"``, a
-    ``timedelta``); ``max_attempts`` None means the backend's ``OPTIONS["MAX_ATTEMPTS"]``.
+    ``timedelta``); ``max_attempts`` None means the backend's ``OPTIONS["MAX_ATTEMPTS"]``, and
+    ``atomic`` None its ``OPTIONS["ATOMIC"]`` (see docs/atomic-handlers.md).
     ``concurrency``, ``rate``, ``burst`` and ``key`` limit its jobs per key across every
     worker, as eddyq's ``@task`` does (docs/flow-control.md).
     """
@@ -109,6 +110,7 @@ class EddyqTask(_TaskBase):
     burst: int | None = None
     key: Callable[..., str | int] | None = None
     limits: Limits | None = dataclasses.field(default=None, init=False)
+    atomic: bool | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -131,8 +133,12 @@ class EddyqTask(_TaskBase):
         # Not super(): a slotted dataclass is a new class, which super() without arguments
         # does not know.
         Task.__post_init__(self)
+        try:
+            handler = django_task_handler(self)
+        except TypeError as error:  # atomic, and not a plain function
+            raise InvalidTask(str(error)) from None
         # Declared, a Django task of this backend is one a worker may run (see registry).
-        registry.declare(self.module_path, self, django_task_handler(self))
+        registry.declare(self.module_path, self, handler)
 
     def using(
         self,
@@ -171,7 +177,8 @@ class EddyqBackend(BaseTaskBackend):
     """Django's Tasks on eddyq: jobs in PostgreSQL, in the caller's transaction.
 
     ``OPTIONS``: ``MAX_ATTEMPTS``, the attempts of a task that sets none (default 1: Django's
-    tasks are not retried unless they ask).
+    tasks are not retried unless they ask); ``ATOMIC``, whether a task that does not say is
+    atomic (default False).
     """
 
     task_class = EddyqTask
@@ -198,6 +205,11 @@ class EddyqBackend(BaseTaskBackend):
                 validate_queue_name(queue)
         except ValueError as error:
             raise InvalidTaskBackend(f"{where}: {error}") from None
+        self.atomic = self.options.get("ATOMIC", False)
+        if type(self.atomic) is not bool:
+            raise InvalidTaskBackend(
+                f'{where}["OPTIONS"]["ATOMIC"] must be True or False, not {self.atomic!r}'
+            )
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's checks, with ``run_after`` also a delay, and eddyq's queue names."""
@@ -395,12 +407,17 @@ def _task_error(entry: Mapping[str, Any]) -> TaskError:
 def django_task_handler(task: Task[..., Any]) -> Handler:
     """The handler of a Django task found at a job's path (see ``handlers.resolve``)."""
     timeout: object = getattr(task, "timeout", None)
+    atomic = getattr(task, "atomic", None)
+    if atomic is None:
+        backend = task.get_backend()
+        atomic = isinstance(backend, EddyqBackend) and backend.atomic
     return Handler(
         func=task.func,
         timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else None,
         backoff=None,
         hooks=DjangoTaskHooks(task),
         limits=getattr(task, "limits", None),
+        atomic=atomic,
     )
 
 

@@ -41,6 +41,12 @@ class OutcomeNotStored(Exception):
     """The database refused to store how an attempt ended; the job failed with this instead."""
 
 
+class CompletionRefused(Exception):
+    """An atomic job's completion was refused as its transaction was about to commit: the job
+    was cancelled, or its lease lost, while its handler ran. What the handler wrote was rolled
+    back with it."""
+
+
 class JobRescued(Exception):
     """The attempt's worker stopped renewing its lease; the rescuer took the job back."""
 

@@ -58,7 +58,8 @@ class Handler:
 
     ``hooks`` is None for eddyq's own tasks, which the worker calls with the job's arguments
     and nothing around; a Django task has hooks that give its context and
-    send Django's ``task_started`` and ``task_finished`` signals.
+    send Django's ``task_started`` and ``task_finished`` signals. An ``atomic`` handler runs in
+    a transaction on the queue's database that also writes its job's completion.
     """
 
     func: Callable[..., Any]
@@ -66,11 +67,21 @@ class Handler:
     backoff: Callable[[int], float | timedelta] | None
     hooks: AttemptHooks | None = None
     limits: Limits | None = None  # per key: the keyed claim takes the task's jobs
+    atomic: bool = False
     # Decided once: inspect.iscoroutinefunction costs more than calling a no-op job.
     is_async: bool = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.func))
+        if type(self.atomic) is not bool:
+            raise TypeError(f"atomic must be True or False, not {self.atomic!r}")
+        if self.atomic and self.is_async:
+            raise TypeError(
+                f"{self.func.__module__}.{self.func.__qualname__} is async and cannot be "
+                "atomic: Django runs an async function's queries on a thread shared with other "
+                "coroutines, so no transaction could hold this job's writes alone. Make it a "
+                "plain function, or leave atomic off (see docs/atomic-handlers.md)"
+            )
 
 
 def default_backoff(attempt: int) -> float:

@@ -718,7 +718,7 @@ LIMITED_CLAIM_WITHOUT_SORT = (
 # It wakes the workers of the queues that got available jobs, and of the queues with a
 # concurrency limit, or jobs with a limit key, whose jobs ended: a slot of theirs is free, which
 # another worker may be waiting for.
-FINISH_JOBS = f"""
+_FINISH = f"""
 WITH outcome AS (
     SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
         id bigint, attempt integer, state text, result jsonb, error jsonb, delay float8,
@@ -745,13 +745,13 @@ WITH outcome AS (
     WHERE job.id = outcome.id
       AND (job.state = 'running') IS TRUE
       AND job.locked_by = %(worker_id)s
-      AND job.attempt = outcome.attempt
+      AND job.attempt = outcome.attempt{{fence}}
     RETURNING job.id, job.state, job.queue, job.limit_key
 ), counted AS (
     INSERT INTO eddyq_activity AS activity (
         minute, queue, source, completed, failed, retried, cancelled, snoozed
     )
-    SELECT date_trunc('minute', now(), 'UTC'), queue, %(worker_id)s, {_ACTIVITY_COUNTS}
+    SELECT date_trunc('minute', now(), 'UTC'), queue, {{source}}, {_ACTIVITY_COUNTS}
     FROM finished
     WHERE state <> 'available'
     GROUP BY queue
@@ -771,6 +771,15 @@ SELECT id, state, (
     ) AS woken
 ) FROM finished
 """
+FINISH_JOBS = _FINISH.format(fence="", source="%(worker_id)s")
+
+# An atomic job's completion, in its handler's transaction (``worker/execution.py``): the same
+# write, fenced also by a cancel, which rolls back what the handler wrote. It is counted into its
+# handler thread's own activity row (``source``): a row of the worker's, which its passes lock
+# until they commit, would have the two transactions wait on each other.
+FINISH_ATOMIC_JOB = _FINISH.format(
+    fence="\n      AND job.cancel_requested_at IS NULL", source="%(source)s"
+)
 
 # The worker registry. A worker registers as it starts and says it is alive with each heartbeat,
 # in the same pass: one upsert, so that a worker whose row the cleaner deleted (unseen for long)

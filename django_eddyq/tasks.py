@@ -96,6 +96,7 @@ class Task[**P, R]:
     metadata: Mapping[str, Any] | None = None
     limits: Limits | None = None  # per key, across every worker
     key: KeyFunction | None = None  # None with limits: the task is limited as a whole
+    atomic: bool = False
 
     def __post_init__(self) -> None:
         if self.queue is not None:
@@ -259,6 +260,7 @@ def task[**P, R](
     rate: str | None = None,
     burst: int | None = None,
     key: KeyFunction | None = None,
+    atomic: bool = False,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -278,13 +280,16 @@ def task[**P, R](
     rate: str | None = None,
     burst: int | None = None,
     key: KeyFunction | None = None,
+    atomic: bool = False,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a function enqueueable: ``@task`` or ``@task(queue="emails", ...)``.
 
     ``cron="*/5 * * * *"`` also enqueues it on that schedule (without arguments), once per
     scheduled time, from the elected leader's periodic enqueuer. ``unique_for="1h"``: enqueueing
     it with the same arguments and queue as a job that is unfinished, or completed within the
-    last hour, returns that job instead of inserting another.
+    last hour, returns that job instead of inserting another. ``atomic=True``: the handler runs
+    in a transaction on the queue's database that also writes its job's completion, so that its
+    writes commit once, with the completion, or not at all (see docs/atomic-handlers.md).
 
     ``concurrency=1`` and ``rate="10/s"`` (with ``burst``) limit its jobs across every worker,
     per key: ``key=lambda customer_id, **_: customer_id`` computes a job's key from its
@@ -313,6 +318,7 @@ def task[**P, R](
             ),
             limits=limits or None,
             key=key,
+            atomic=atomic,
         )
         registry.declare(
             new.path,
@@ -322,6 +328,7 @@ def task[**P, R](
                 timeout=None if new.timeout is None else new.timeout.total_seconds(),
                 backoff=new.backoff,
                 limits=new.limits,
+                atomic=atomic,
             ),
         )
         if cron is not None:

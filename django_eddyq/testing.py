@@ -130,7 +130,8 @@ def _run(job: ClaimedJob) -> Outcome:
     except TaskNotFound as error:
         return failure(job, None, error)
     signals.send(signals.job_started, Job, job=job, worker_id=testing_worker_id())
-    # A handler whose query failed leaves the test's transaction aborted: its savepoint goes.
+    # A handler whose query failed leaves the test's transaction aborted: its savepoint goes;
+    # so does the work of an atomic handler that did not complete, as a worker rolls it back.
     outcome: Outcome | None = None
     token = current.enter(job, CancelFlag())
     try:
@@ -139,7 +140,9 @@ def _run(job: ClaimedJob) -> Outcome:
                 outcome = async_to_sync(attempt_async)(job, handler)
             else:
                 outcome = attempt(job, handler)
-            if isinstance(outcome.exception, DatabaseError):
+            if isinstance(outcome.exception, DatabaseError) or (
+                handler.atomic and outcome.state != "completed"
+            ):
                 raise _RollBack
     except _RollBack:
         pass
@@ -150,7 +153,7 @@ def _run(job: ClaimedJob) -> Outcome:
 
 
 class _RollBack(Exception):
-    """Leaves the atomic block of a handler whose query failed, rolling its savepoint back."""
+    """Leaves the atomic block of a handler, rolling its savepoint back."""
 
 
 # Eager mode.

@@ -1429,6 +1429,68 @@ SELECT id, state, (
     ) AS woken
 ) FROM finished
 
+-- sql.FINISH_ATOMIC_JOB
+WITH outcome AS (
+    SELECT * FROM jsonb_to_recordset(%(outcomes)s::jsonb) AS outcome(
+        id bigint, attempt integer, state text, result jsonb, error jsonb, delay float8,
+        attempt_given_back integer
+    )
+), finished AS (
+    UPDATE eddyq_jobs AS job
+    SET state = outcome.state,
+        attempt = job.attempt - COALESCE(outcome.attempt_given_back, 0),
+        result = outcome.result,
+        errors = CASE WHEN outcome.error IS NULL THEN job.errors
+                      ELSE job.errors || jsonb_build_array(
+                          outcome.error
+                          || jsonb_build_object('at', now(), 'worker', %(worker_id)s::text))
+                 END,
+        run_at = CASE WHEN outcome.delay IS NULL THEN job.run_at
+                      ELSE now() + make_interval(secs => outcome.delay)
+                 END,
+        finalized_at = CASE WHEN outcome.state IN ('completed', 'failed', 'cancelled')
+                            THEN now() END,
+        locked_by = NULL,
+        locked_until = NULL
+    FROM outcome
+    WHERE job.id = outcome.id
+      AND (job.state = 'running') IS TRUE
+      AND job.locked_by = %(worker_id)s
+      AND job.attempt = outcome.attempt
+      AND job.cancel_requested_at IS NULL
+    RETURNING job.id, job.state, job.queue, job.limit_key
+), counted AS (
+    INSERT INTO eddyq_activity AS activity (
+        minute, queue, source, completed, failed, retried, cancelled, snoozed
+    )
+    SELECT date_trunc('minute', now(), 'UTC'), queue, %(source)s, count(*) FILTER (WHERE state = 'completed'),
+           count(*) FILTER (WHERE state = 'failed'),
+           count(*) FILTER (WHERE state = 'retryable'),
+           count(*) FILTER (WHERE state = 'cancelled'),
+           count(*) FILTER (WHERE state = 'scheduled')
+    FROM finished
+    WHERE state <> 'available'
+    GROUP BY queue
+    ON CONFLICT (minute, queue, source) DO UPDATE
+    SET completed = activity.completed + EXCLUDED.completed,
+        failed = activity.failed + EXCLUDED.failed,
+        retried = activity.retried + EXCLUDED.retried,
+        cancelled = activity.cancelled + EXCLUDED.cancelled,
+        snoozed = activity.snoozed + EXCLUDED.snoozed
+)
+SELECT id, state, (
+    SELECT count(pg_notify('eddyq_jobs', queue))
+           + (SELECT count(pg_notify('eddyq_scheduled', ''))
+              FROM (SELECT FROM finished WHERE state IN ('scheduled', 'retryable') LIMIT 1)
+                   AS waiting)
+    FROM (
+        SELECT DISTINCT queue FROM finished
+        WHERE state = 'available'
+           OR limit_key IS NOT NULL
+           OR queue IN (SELECT name FROM eddyq_queues WHERE concurrency IS NOT NULL)
+    ) AS woken
+) FROM finished
+
 -- sql.HEARTBEAT
 UPDATE eddyq_jobs
 SET heartbeat_at = now(), locked_until = now() + make_interval(secs => %(lease_seconds)s)

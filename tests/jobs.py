@@ -448,3 +448,71 @@ def fan_out(count: int) -> int:
     workflow.add(workflow_step.s("gather"), after=parts, name="gather")
     workflow.enqueue()
     return count
+
+
+# Atomic handlers (tests/test_atomic_handlers.py, tests/faults/test_atomic_handlers.py).
+
+
+@task(backoff=lambda attempt: 0)
+def records_then_pauses(job_id: int, seconds: float = 0.0) -> int:
+    """Writes one Execution row naming its job (committed at once), then sleeps: a worker that
+    dies or freezes while it sleeps leaves the row behind, and the job runs again."""
+    Execution.objects.create(label="execution", job_id=job_id, pid=os.getpid())
+    time.sleep(seconds)
+    return job_id
+
+
+@task(atomic=True, backoff=lambda attempt: 0)
+def atomic_records_then_pauses(job_id: int, seconds: float = 0.0) -> int:
+    """``records_then_pauses``, atomic: its row commits with the job's completion, or never."""
+    return records_then_pauses.func(job_id, seconds)
+
+
+class Gate:
+    """Holds the atomic handler below, after its write, until a test opens it."""
+
+    reached = threading.Event()
+    opened = threading.Event()
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.reached.clear()
+        cls.opened.clear()
+
+
+@task(atomic=True, max_attempts=3)
+def atomic_writes(label: str, then: str = "returns") -> str:
+    """Writes an Execution row labelled ``label`` and asks for another, labelled with the job's
+    state, once its transaction has committed; then ends as ``then`` says."""
+    from django.db import DatabaseError, connection, transaction
+
+    from django_eddyq import current_job
+    from django_eddyq.models import Job
+
+    job = current_job()
+    assert job is not None
+    Execution.objects.create(label=label, job_id=job.id, pid=os.getpid())
+    transaction.on_commit(
+        lambda: Execution.objects.create(
+            label=f"on commit, the job was {Job.objects.get(pk=job.id).state}",
+            job_id=job.id,
+            pid=os.getpid(),
+        )
+    )
+    if then == "raises":
+        raise ValueError(label)
+    if then == "snoozes":
+        raise Snooze(60)
+    if then == "discards":
+        raise Discard(label)
+    if then == "waits at the gate":
+        Gate.reached.set()
+        Gate.opened.wait(10)
+    if then == "stops when cancelled":
+        while not cancel_requested():
+            time.sleep(0.01)
+        raise RuntimeError("stopped because cancelled")
+    if then == "breaks its transaction":
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT * FROM no_such_table")
+    return label

@@ -98,7 +98,14 @@ def worker_pass() -> Rendered:
         yield f"sql.lock_keys_statement (limit 16, {which})", sql.lock_keys_statement(16, queues)
         statement = sql.limited_claim_statement(16, queues, keyed=True)
         yield f"sql.limited_claim_statement (limit 16, {which}, keyed)", statement
-    for name in ("FINISH_JOBS", "HEARTBEAT", "HAND_BACK_STRAYS", "WORKER_SEEN", "WORKER_STOPPED"):
+    for name in (
+        "FINISH_JOBS",
+        "FINISH_ATOMIC_JOB",
+        "HEARTBEAT",
+        "HAND_BACK_STRAYS",
+        "WORKER_SEEN",
+        "WORKER_STOPPED",
+    ):
         yield f"sql.{name}", getattr(sql, name)
     for name in ("PROMOTE_DUE_ANY_QUEUE", "PROMOTE_DUE_FROM_QUEUES"):
         yield f"sql.{name}", getattr(sql, name)

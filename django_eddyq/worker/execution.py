@@ -12,13 +12,22 @@ from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import close_old_connections, connections, transaction
 
+from django_eddyq import sql
 from django_eddyq.arguments import dumps, load_arguments, loads, normalize_json, storable_text
+from django_eddyq.conf import eddyq_settings
 from django_eddyq.current import CancelFlag
 from django_eddyq.durations import delay_seconds
-from django_eddyq.exceptions import Discard, MalformedJob, OutcomeNotStored, Snooze
+from django_eddyq.exceptions import (
+    CompletionRefused,
+    Discard,
+    MalformedJob,
+    OutcomeNotStored,
+    Snooze,
+)
 from django_eddyq.handlers import Attempt, Handler, retry_delay
+from django_eddyq.operations import complete_batches
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +148,8 @@ class Outcome:
     attempt_given_back: int = 0
     exception: BaseException | None = None
     duration: float | None = None  # seconds the handler ran; None if it never started
+    # Stored already, by the atomic handler's own transaction: no pass writes it again.
+    committed: bool = False
 
     @property
     def summary(self) -> str:
@@ -179,6 +190,7 @@ class RunningJob:
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
     started_at: float | None = None  # time.monotonic() when a handler thread started it
     interrupted: bool = False  # cancelled by the worker's own stop: handed back once it ends
+    committing: bool = False  # an atomic handler returned: its transaction writes the outcome
 
     def seconds_over(self, now: float) -> float:
         """How long it has run past its timeout (0 without one)."""
@@ -328,6 +340,85 @@ def attempt(job: ClaimedJob, handler: Handler) -> Outcome:
         return _settle(job, handler, value)
     except BaseException as error:
         return _steer(job, handler, error)
+
+
+def run_atomic(
+    running: RunningJob,
+    handler: Handler,
+    *,
+    worker_id: str,
+    source: str,
+    connections_checked: bool = False,
+) -> Outcome:
+    """Run an atomic handler on this thread, in a transaction on the queue's database that
+    writes the job's completion too, fenced as a pass would write it (this worker, this
+    attempt) and also by a cancel: the handler's writes commit with the completion, or not at
+    all. ``source`` is the activity row the completion is counted into.
+
+    An attempt that does not complete (it raised, snoozed, discarded itself) is rolled back
+    and its outcome returned for a pass to write, as a plain handler's is; so is one whose
+    fence refused it (see ``refused``). The outcome of one that committed is ``committed``.
+    """
+    job = running.job
+    try:
+        if not connections_checked:
+            close_old_connections()
+        return _attempt_atomic(running, handler, worker_id, source)
+    except BaseException as error:
+        # The transaction failed to finish or to commit (a query the handler left failing,
+        # a deferred constraint, the connection): nothing of it was stored.
+        return _steer(job, handler, error)
+    finally:
+        close_old_connections()
+
+
+def _attempt_atomic(running: RunningJob, handler: Handler, worker_id: str, source: str) -> Outcome:
+    job = running.job
+    alias = eddyq_settings.DATABASE
+    try:
+        with transaction.atomic(using=alias):
+            outcome = attempt(job, handler)
+            if outcome.state != "completed":
+                raise _RolledBack(outcome)
+            # From here a lease that seems lost may be this commit's doing (see Slots.lost).
+            running.committing = True
+            with connections[alias].cursor() as cursor:
+                cursor.execute(
+                    sql.FINISH_ATOMIC_JOB,
+                    {
+                        "worker_id": worker_id,
+                        "source": source,
+                        "outcomes": outcome_records([outcome]),
+                    },
+                )
+                if cursor.fetchone() is None:
+                    raise _RolledBack(refused(outcome))
+                if job.batch_id is not None:
+                    complete_batches(cursor, [job.batch_id])
+    except _RolledBack as rolled_back:
+        return rolled_back.outcome
+    outcome.committed = True
+    return outcome
+
+
+class _RolledBack(Exception):
+    """Leaves an atomic handler's transaction, rolling it back, with the attempt's outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+
+def refused(outcome: Outcome) -> Outcome:
+    """An atomic attempt that completed, but whose fence refused its completion: the job was
+    cancelled meanwhile, and ends so; or it is no longer this worker's, and the pass's fence
+    discards this outcome too."""
+    job = outcome.job
+    error = CompletionRefused(
+        f"attempt {job.attempt} completed, but the job was cancelled or its lease lost before "
+        "it could commit: what it wrote was rolled back"
+    )
+    logger.info("eddyq job %s (%s): %s", job.id, job.task, error)
+    return Outcome(job, "cancelled", error=error_entry(job, error), exception=error)
 
 
 async def run_async(job: ClaimedJob, handler: Handler) -> Outcome:

@@ -47,7 +47,7 @@ class Pass:
 
     read_limits: bool = False  # read which queues are limited (``sql.LIMITED_QUEUES``)
 
-    written: set[int] = dataclasses.field(default_factory=set)  # outcomes stored
+    written: set[int] = dataclasses.field(default_factory=set)  # outcomes stored (committed too)
     renewed: list[tuple[int, bool]] = dataclasses.field(default_factory=list)  # (id, cancelled)
     claimed: list[ClaimedJob] = dataclasses.field(default_factory=list)
     changed: int = 0  # rows written: outcomes stored, jobs promoted and claimed
@@ -55,11 +55,15 @@ class Pass:
 
     @property
     def ended_batches(self) -> list[int]:
+        """The batches of the jobs this pass ends (an atomic job's transaction completed its
+        batch already)."""
         return sorted(
             {
                 outcome.job.batch_id
                 for outcome in self.outcomes
-                if outcome.job.batch_id is not None and outcome.state in TERMINAL_STATES
+                if outcome.job.batch_id is not None
+                and outcome.state in TERMINAL_STATES
+                and not outcome.committed
             }
         )
 
@@ -108,28 +112,35 @@ def run_pass(
     The statements go out together, in pipeline mode: between two syncs they are one implicit
     transaction, so one round trip and one commit serve them all, and an error in any of them
     rolls all of them back.
+
+    The outcomes already ``committed`` (atomic jobs') count as written, and are not written
+    again. The heartbeat goes before the finish: a pass then locks the rows of its running jobs
+    before the batches its finish ends, in the order an atomic job's transaction locks its job
+    and its batch, so that neither waits for the other while holding what the other needs.
     """
     ended_batches = planned.ended_batches
     finish = heartbeat = promote = claim = limits = None
+    to_write = [outcome for outcome in planned.outcomes if not outcome.committed]
     with connection.pipeline():
         if planned.read_limits:
             limits = connection.execute(sql.LIMITED_QUEUES)
-        if planned.outcomes:
-            finish = connection.execute(
-                sql.FINISH_JOBS,
-                {"worker_id": worker_id, "outcomes": outcome_records(planned.outcomes)},
-            )
-            if ended_batches:
-                with connection.cursor() as cursor:
-                    complete_batches(cursor, ended_batches)
-            if ended_steps := planned.ended_steps:
-                with connection.cursor() as cursor:
-                    settle_ended(cursor, ended_steps)
         if planned.renew:
             heartbeat = connection.execute(
                 sql.HEARTBEAT,
                 {"ids": planned.renew, "worker_id": worker_id, "lease_seconds": lease_seconds},
             )
+        if to_write:
+            finish = connection.execute(
+                sql.FINISH_JOBS, {"worker_id": worker_id, "outcomes": outcome_records(to_write)}
+            )
+            if ended_batches:
+                with connection.cursor() as cursor:
+                    complete_batches(cursor, ended_batches)
+        # An atomic job's own transaction committed its end, not its workflow's release:
+        # settling is done here for every step that ended (a step is settled once).
+        if ended_steps := planned.ended_steps:
+            with connection.cursor() as cursor:
+                settle_ended(cursor, ended_steps)
         if planned.promote:
             statement, params = (
                 (sql.PROMOTE_DUE_FROM_QUEUES, {"queues": queues})
@@ -170,6 +181,8 @@ def run_pass(
     if finish is not None:
         planned.written = {row[0] for row in finish.fetchall()}
         planned.changed += len(planned.written)
+    if len(to_write) < len(planned.outcomes):
+        planned.written.update(outcome.job.id for outcome in planned.outcomes if outcome.committed)
     if heartbeat is not None:
         planned.renewed = [(row[0], row[1]) for row in heartbeat.fetchall()]
     if promote is not None:

@@ -28,6 +28,7 @@ from django_eddyq.worker.execution import (
     failure,
     malformed,
     returned,
+    run_atomic,
     run_sync,
     timed_out,
 )
@@ -79,7 +80,10 @@ class Slots:
     def start_threads(self) -> None:
         for number in range(self.concurrency):
             thread = threading.Thread(
-                target=self._handler_thread, name=f"eddyq-handler-{number}", daemon=True
+                target=self._handler_thread,
+                args=(f"{self.worker_id}/{number}",),
+                name=f"eddyq-handler-{number}",
+                daemon=True,
             )
             thread.start()
             self._threads.append(thread)
@@ -140,6 +144,10 @@ class Slots:
                 elif running.interrupted and outcome.state != "completed":
                     # Cancelled by this worker's stop, and now ended: it goes back unspent.
                     outcome = returned(running.job)
+                outcomes.append(outcome)
+            elif outcome.committed:
+                # An atomic job's completion, committed as the worker gave the job up (timed
+                # out, or its lease seen lost as that commit ended it): the stored outcome.
                 outcomes.append(outcome)
         return outcomes
 
@@ -242,6 +250,10 @@ class Slots:
         """The job's lease was lost: it is no longer this worker's, whatever its handler does."""
         running = self.running.pop(job_id)
         running.settled = True
+        if running.committing:
+            # Its atomic handler has returned and its transaction decides: if it committed the
+            # completion (which is why the lease was not renewed), its outcome still comes.
+            return
         if self._take_back(job_id) is not None:
             logger.warning(
                 "eddyq job %s (%s) is no longer this worker's: its lease was lost before "
@@ -329,8 +341,9 @@ class Slots:
             self._wake()
 
     # Handler threads.
-    def _handler_thread(self) -> None:
-        """Runs jobs one at a time; waits for the event loop to run an async one."""
+    def _handler_thread(self, source: str) -> None:
+        """Runs jobs one at a time; waits for the event loop to run an async one. ``source``:
+        the thread's own activity row, which its atomic jobs' completions are counted into."""
         while True:
             # A thread going straight from one job to the next checked its database
             # connections as the last one ended; one that waited for work checks them again.
@@ -359,7 +372,16 @@ class Slots:
             else:
                 token = current.enter(running.job, running.cancel)
                 try:
-                    outcome = run_sync(running.job, handler, connections_checked)
+                    if handler.atomic:
+                        outcome = run_atomic(
+                            running,
+                            handler,
+                            worker_id=self.worker_id,
+                            source=source,
+                            connections_checked=connections_checked,
+                        )
+                    else:
+                        outcome = run_sync(running.job, handler, connections_checked)
                 finally:
                     current.leave(token)
             outcome.duration = time.monotonic() - started

@@ -14,3 +14,14 @@ class Execution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.label} (job {self.job_id}, pid {self.pid})"
+
+
+class Payment(models.Model):
+    """A payment recorded by an atomic handler (docs/atomic-handlers.md)."""
+
+    order_id = models.BigIntegerField()
+    amount_cents = models.BigIntegerField()
+    job_id = models.BigIntegerField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.amount_cents} cents for order {self.order_id}"
