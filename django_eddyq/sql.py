@@ -326,9 +326,9 @@ SELECT count(pg_advisory_xact_lock(1701078137, hashtext(name)))
 FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limited
 """
 
-# Claims up to {limit} jobs: first from the limited queues (%(limited)s), as many as each allows
+# Claims up to %(limit)s jobs: first from the limited queues (%(limited)s), as many as each allows
 # (its concurrency less its running jobs, the whole tokens left in its rate's bucket), then from
-# the other queues the plain claim would take from, up to {limit} in all ({other_picked}: left
+# the other queues the plain claim would take from, up to %(limit)s in all ({other_picked}: left
 # out while a worker knows they have nothing, see PassRunner). A rate's bucket is
 # refilled by the time elapsed since the last claim took from it, counted by the clock at the
 # claim (clock_timestamp(), after the locks: transaction times may run backwards between two
@@ -341,7 +341,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   {limit},
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -375,7 +375,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT {limit}
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 ){keyed_picked}, other_picked AS (
     {other_picked}
 ), claimed AS (
@@ -413,7 +413,7 @@ _OTHER_PICKED = """SELECT id FROM eddyq_jobs
       AND queue NOT IN ({held_back_queues})
     ORDER BY priority DESC, run_at, id
     LIMIT GREATEST(
-        {limit} - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+        %(limit)s - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
     )
     FOR UPDATE SKIP LOCKED"""
 _NO_OTHER_PICKED = "SELECT NULL::bigint AS id WHERE false"
@@ -434,14 +434,17 @@ _BUCKET_FULL_AT = """clock.at + make_interval(
 # none ever waits for another.
 #
 # LOCK_KEYS chooses the keys: those with room whose next jobs come first in claim order, up to
-# {limit} of them, locked in that order, skipping a key another worker holds; it leaves them in
-# the transaction's setting eddyq.claim_keys for the claim. It finds the keys' jobs first in a
-# window, the first {window} keyed jobs in claim order (eddyq_jobs_keyed_order_idx), which
-# serves when most keys have room. When the window is full and has fewer than {limit} jobs
-# with room (a key's backlog held back by its limit fills it), the keys are walked
-# ({key_heads}), one index probe each along eddyq_jobs_keyed_claim_idx, whose first entry past
-# a (queue, task, key) is the next one's next job: however long a key's backlog, the jobs of
-# other keys behind it are found in the same claim.
+# %(limit)s of them, locked in that order, skipping a key another worker holds, and a key whose
+# next job was claimed since the statement's snapshot (the lock on the job's row reads it as it
+# is now: otherwise a claim that followed another closely took the keys it had just filled, and
+# found them without room). It leaves them in the transaction's setting eddyq.claim_keys for
+# the claim. It finds the keys' jobs first in a window, the first keyed jobs in claim order
+# (eddyq_jobs_keyed_order_idx), four times the claim's limit and at least 32, which serves when
+# most keys have room. When the window is full and has fewer than %(limit)s jobs with room (a
+# key's backlog held back by its limit fills it), the keys are walked ({key_heads}), one index
+# probe each along eddyq_jobs_keyed_claim_idx, whose first entry past a (queue, task, key) is
+# the next one's next job: however long a key's backlog, the jobs of other keys behind it are
+# found in the same claim.
 _KEY_CANDIDATES = """
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
@@ -459,7 +462,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         WHERE state = 'available' AND limit_key IS NOT NULL {queue_filter}
           AND queue NOT IN ({paused_queues})
         ORDER BY priority DESC, run_at, id
-        LIMIT {window}
+        LIMIT GREATEST(4 * %(limit)s, 32)
     ) AS job
     WHERE task IN (SELECT task FROM task_limit)
 ), window_room AS MATERIALIZED (
@@ -479,7 +482,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
 ), walked_room AS MATERIALIZED (
     {walked_room}
 ), candidate AS MATERIALIZED (
-    SELECT queue, task, limit_key FROM (
+    SELECT queue, task, limit_key, id FROM (
         SELECT queue, task, limit_key, priority, run_at, id FROM window_room WHERE allowed >= 1
         UNION ALL
         SELECT queue, task, limit_key, priority, run_at, id FROM walked_room WHERE allowed >= 1
@@ -488,9 +491,17 @@ WITH RECURSIVE clock AS MATERIALIZED (
 )
 SELECT set_config('eddyq.claim_keys', COALESCE(jsonb_agg(locked)::text, '[]'), true)
 FROM (
-    SELECT queue, task, limit_key FROM candidate
-    WHERE pg_try_advisory_xact_lock(1701078137, hashtext('task:' || task || ':' || limit_key))
-    LIMIT {limit}
+    SELECT candidate.queue, candidate.task, candidate.limit_key
+    FROM candidate
+    CROSS JOIN LATERAL (
+        SELECT FROM eddyq_jobs AS job
+        WHERE job.id = candidate.id AND job.state = 'available'
+          AND pg_try_advisory_xact_lock(
+              1701078137, hashtext('task:' || candidate.task || ':' || candidate.limit_key)
+          )
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS still_available
+    LIMIT %(limit)s
 ) AS locked
 """
 _TASK_LIMIT = """SELECT * FROM unnest(
@@ -523,7 +534,7 @@ _KEYED_PICKED = """
     WHERE key_room.allowed >= 1
 ), keyed_picked AS (
     SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST({limit} - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM limited_picked), 0)
 )"""
 _LOCKED_KEYS = """(
         SELECT locked.*, NULL::bigint AS id, NULL::smallint AS priority,
@@ -535,9 +546,9 @@ _KEY_ROOM = """SELECT head.queue, head.task, head.limit_key, head.id, head.prior
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               {limit},
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), {limit}),
-               COALESCE(floor(refill.tokens), {limit})
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM {source} AS head
     JOIN task_limit ON task_limit.task = head.task
@@ -574,8 +585,8 @@ _KEY_SPENT = """, key_spent AS (
     SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at, full_at = EXCLUDED.full_at
 )"""
 # Whether the keys are walked: the window is full, and offers fewer jobs than the claim takes.
-_WALK_KEYS = """(SELECT count(*) FROM key_window) >= {window}
-          AND (SELECT count(*) FROM window_offer) < {limit}"""
+_WALK_KEYS = """(SELECT count(*) FROM key_window) >= GREATEST(4 * %(limit)s, 32)
+          AND (SELECT count(*) FROM window_offer) < %(limit)s"""
 # The first job of each (queue, task, key) with available jobs, of any queue.
 _KEY_HEADS_ANY_QUEUE = """key_heads AS (
     SELECT first.* FROM (
@@ -618,47 +629,42 @@ _KEY_HEADS_FROM_QUEUES = """key_heads AS (
 _PAUSED_QUEUES = "SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL"
 
 
-# Before LOCK_KEYS and the keyed claim, in their transaction: their plans are reused once they
-# are prepared, instead of planned again at each pass, which took longer than running them.
-KEYED_CLAIM_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+# Before the limited claim (and LOCK_KEYS), in their transaction: their plans are reused once
+# they are prepared, instead of planned again at each pass, which took longer than running them.
+LIMITED_CLAIM_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 
-def lock_keys_statement(limit: int, queues: Sequence[str] | None) -> str:
-    """Locks up to ``limit`` keys with room of the tasks limited per key (sent as
+def lock_keys_statement(queues: Sequence[str] | None) -> str:
+    """Locks up to ``%(limit)s`` keys with room of the tasks limited per key (sent as
     ``%(keyed_tasks)s`` and the like), of ``queues`` or of any queue, for the keyed claim that
     follows in the transaction (``limited_claim_statement(..., keyed=True)``)."""
-    # window: how many keyed jobs are read in claim order before the keys are walked.
     return _KEY_CANDIDATES.format(
         task_limit=_TASK_LIMIT,
         key_running=_KEY_RUNNING,
-        window_room=_KEY_ROOM.format(
-            source="(SELECT * FROM key_window WHERE nth = 1)", limit=int(limit)
-        ),
-        walked_room=_KEY_ROOM.format(source="walked", limit=int(limit)),
+        window_room=_KEY_ROOM.format(source="(SELECT * FROM key_window WHERE nth = 1)"),
+        walked_room=_KEY_ROOM.format(source="walked"),
         key_heads=(_KEY_HEADS_ANY_QUEUE if queues is None else _KEY_HEADS_FROM_QUEUES).format(
-            walk_keys=_WALK_KEYS.format(window=int(max(4 * limit, 32)), limit=int(limit))
+            walk_keys=_WALK_KEYS
         ),
         queue_filter=_queue_filter(queues),
         paused_queues=_PAUSED_QUEUES,
-        window=int(max(4 * limit, 32)),
-        limit=int(limit),
     )
 
 
 def limited_claim_statement(
-    limit: int, queues: Sequence[str] | None, *, others: bool = True, keyed: bool = False
+    queues: Sequence[str] | None, *, others: bool = True, keyed: bool = False
 ) -> str:
-    """The claim of up to ``limit`` jobs when some of the worker's queues are limited (sent as
-    ``%(limited)s``, after ``LOCK_LIMITS``), or some of its tasks are limited per key
+    """The claim of up to ``%(limit)s`` jobs when some of the worker's queues are limited (sent
+    as ``%(limited)s``, after ``LOCK_LIMITS``), or some of its tasks are limited per key
     (``keyed``, their limits sent as ``%(keyed_tasks)s`` and the like, after
     ``lock_keys_statement``): see ``claim_statement`` for the rest. Without ``others``, from the
-    limited queues and keys only."""
+    limited queues and keys only.
+
+    Unlike the plain claim's, the limit is a parameter: these statements are run with generic
+    plans (``LIMITED_CLAIM_GENERIC_PLANS``), one per worker and variant, rather than planned
+    for each limit a worker asks for, which took longer than running them."""
     other_picked = (
-        _OTHER_PICKED.format(
-            queue_filter=_queue_filter(queues),
-            held_back_queues=_HELD_BACK_QUEUES,
-            limit=int(limit),
-        )
+        _OTHER_PICKED.format(queue_filter=_queue_filter(queues), held_back_queues=_HELD_BACK_QUEUES)
         if others
         else _NO_OTHER_PICKED
     )
@@ -666,9 +672,8 @@ def limited_claim_statement(
         _KEYED_PICKED.format(
             task_limit=_TASK_LIMIT,
             key_running=_KEY_RUNNING,
-            key_room=_KEY_ROOM.format(source=_LOCKED_KEYS, limit=int(limit)),
+            key_room=_KEY_ROOM.format(source=_LOCKED_KEYS),
             paused_queues=_PAUSED_QUEUES,
-            limit=int(limit),
         )
         if keyed
         else _NO_KEYED_PICKED
@@ -679,7 +684,6 @@ def limited_claim_statement(
         key_spent=_KEY_SPENT.format(full_at=_BUCKET_FULL_AT) if keyed else "",
         full_at=_BUCKET_FULL_AT,
         claimed_job=_CLAIMED_JOB,
-        limit=int(limit),
     )
 
 

@@ -432,17 +432,17 @@ FROM (SELECT DISTINCT unnest(%(limited)s::text[]) AS name ORDER BY name) AS limi
 -- sql.LIMITED_CLAIM_WITHOUT_SORT
 SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)
 
--- sql.KEYED_CLAIM_GENERIC_PLANS
+-- sql.LIMITED_CLAIM_GENERIC_PLANS
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
--- sql.limited_claim_statement (limit 16, any queue)
+-- sql.limited_claim_statement (any queue)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   16,
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -476,7 +476,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 , keyed_picked AS (
     SELECT NULL::bigint AS id WHERE false
@@ -489,7 +489,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT GREATEST(
-        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+        %(limit)s - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
     )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -529,14 +529,14 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
--- sql.limited_claim_statement (limit 16, one queue)
+-- sql.limited_claim_statement (one queue)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   16,
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -570,7 +570,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 , keyed_picked AS (
     SELECT NULL::bigint AS id WHERE false
@@ -583,7 +583,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT GREATEST(
-        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+        %(limit)s - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
     )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -623,14 +623,14 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
--- sql.limited_claim_statement (limit 16, several queues)
+-- sql.limited_claim_statement (several queues)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   16,
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -664,7 +664,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 , keyed_picked AS (
     SELECT NULL::bigint AS id WHERE false
@@ -677,7 +677,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT GREATEST(
-        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+        %(limit)s - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
     )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -717,14 +717,14 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
--- sql.limited_claim_statement (limit 16, limited queues only)
+-- sql.limited_claim_statement (limited queues only)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   16,
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -758,7 +758,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 , keyed_picked AS (
     SELECT NULL::bigint AS id WHERE false
@@ -801,7 +801,7 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
--- sql.lock_keys_statement (limit 16, any queue)
+-- sql.lock_keys_statement (any queue)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), task_limit AS MATERIALIZED (
@@ -823,7 +823,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         WHERE state = 'available' AND limit_key IS NOT NULL 
           AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_at, id
-        LIMIT 64
+        LIMIT GREATEST(4 * %(limit)s, 32)
     ) AS job
     WHERE task IN (SELECT task FROM task_limit)
 ), window_room AS MATERIALIZED (
@@ -831,9 +831,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               16,
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
-               COALESCE(floor(refill.tokens), 16)
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM (SELECT * FROM key_window WHERE nth = 1) AS head
     JOIN task_limit ON task_limit.task = head.task
@@ -863,8 +863,8 @@ WITH RECURSIVE clock AS MATERIALIZED (
         ORDER BY queue, task, limit_key, priority DESC, run_at, id
         LIMIT 1
     ) AS first
-    WHERE (SELECT count(*) FROM key_window) >= 64
-          AND (SELECT count(*) FROM window_offer) < 16
+    WHERE (SELECT count(*) FROM key_window) >= GREATEST(4 * %(limit)s, 32)
+          AND (SELECT count(*) FROM window_offer) < %(limit)s
     UNION ALL
     SELECT next.* FROM key_heads AS previous
     CROSS JOIN LATERAL (
@@ -886,9 +886,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               16,
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
-               COALESCE(floor(refill.tokens), 16)
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM walked AS head
     JOIN task_limit ON task_limit.task = head.task
@@ -907,7 +907,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                ) END AS tokens
     ) AS refill
 ), candidate AS MATERIALIZED (
-    SELECT queue, task, limit_key FROM (
+    SELECT queue, task, limit_key, id FROM (
         SELECT queue, task, limit_key, priority, run_at, id FROM window_room WHERE allowed >= 1
         UNION ALL
         SELECT queue, task, limit_key, priority, run_at, id FROM walked_room WHERE allowed >= 1
@@ -916,19 +916,27 @@ WITH RECURSIVE clock AS MATERIALIZED (
 )
 SELECT set_config('eddyq.claim_keys', COALESCE(jsonb_agg(locked)::text, '[]'), true)
 FROM (
-    SELECT queue, task, limit_key FROM candidate
-    WHERE pg_try_advisory_xact_lock(1701078137, hashtext('task:' || task || ':' || limit_key))
-    LIMIT 16
+    SELECT candidate.queue, candidate.task, candidate.limit_key
+    FROM candidate
+    CROSS JOIN LATERAL (
+        SELECT FROM eddyq_jobs AS job
+        WHERE job.id = candidate.id AND job.state = 'available'
+          AND pg_try_advisory_xact_lock(
+              1701078137, hashtext('task:' || candidate.task || ':' || candidate.limit_key)
+          )
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS still_available
+    LIMIT %(limit)s
 ) AS locked
 
--- sql.limited_claim_statement (limit 16, any queue, keyed)
+-- sql.limited_claim_statement (any queue, keyed)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   16,
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -962,7 +970,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 , task_limit AS MATERIALIZED (
     SELECT * FROM unnest(
@@ -978,9 +986,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               16,
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
-               COALESCE(floor(refill.tokens), 16)
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM (
         SELECT locked.*, NULL::bigint AS id, NULL::smallint AS priority,
@@ -1018,7 +1026,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     WHERE key_room.allowed >= 1
 ), keyed_picked AS (
     SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM limited_picked), 0)
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND limit_key IS NULL 
@@ -1028,7 +1036,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT GREATEST(
-        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+        %(limit)s - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
     )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
@@ -1084,7 +1092,7 @@ SELECT id, task, args, kwargs, queue, priority, due, attempt, max_attempts, batc
        created
 FROM claimed
 
--- sql.lock_keys_statement (limit 16, given queues)
+-- sql.lock_keys_statement (given queues)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), task_limit AS MATERIALIZED (
@@ -1106,7 +1114,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         WHERE state = 'available' AND limit_key IS NOT NULL AND queue = ANY(%(queues)s::text[])
           AND queue NOT IN (SELECT name FROM eddyq_queues WHERE paused_at IS NOT NULL)
         ORDER BY priority DESC, run_at, id
-        LIMIT 64
+        LIMIT GREATEST(4 * %(limit)s, 32)
     ) AS job
     WHERE task IN (SELECT task FROM task_limit)
 ), window_room AS MATERIALIZED (
@@ -1114,9 +1122,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               16,
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
-               COALESCE(floor(refill.tokens), 16)
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM (SELECT * FROM key_window WHERE nth = 1) AS head
     JOIN task_limit ON task_limit.task = head.task
@@ -1147,8 +1155,8 @@ WITH RECURSIVE clock AS MATERIALIZED (
         ORDER BY queue, task, limit_key, priority DESC, run_at, id
         LIMIT 1
     ) AS first
-    WHERE (SELECT count(*) FROM key_window) >= 64
-          AND (SELECT count(*) FROM window_offer) < 16
+    WHERE (SELECT count(*) FROM key_window) >= GREATEST(4 * %(limit)s, 32)
+          AND (SELECT count(*) FROM window_offer) < %(limit)s
     UNION ALL
     SELECT next.* FROM key_heads AS previous
     CROSS JOIN LATERAL (
@@ -1170,9 +1178,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               16,
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
-               COALESCE(floor(refill.tokens), 16)
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM walked AS head
     JOIN task_limit ON task_limit.task = head.task
@@ -1191,7 +1199,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                ) END AS tokens
     ) AS refill
 ), candidate AS MATERIALIZED (
-    SELECT queue, task, limit_key FROM (
+    SELECT queue, task, limit_key, id FROM (
         SELECT queue, task, limit_key, priority, run_at, id FROM window_room WHERE allowed >= 1
         UNION ALL
         SELECT queue, task, limit_key, priority, run_at, id FROM walked_room WHERE allowed >= 1
@@ -1200,19 +1208,27 @@ WITH RECURSIVE clock AS MATERIALIZED (
 )
 SELECT set_config('eddyq.claim_keys', COALESCE(jsonb_agg(locked)::text, '[]'), true)
 FROM (
-    SELECT queue, task, limit_key FROM candidate
-    WHERE pg_try_advisory_xact_lock(1701078137, hashtext('task:' || task || ':' || limit_key))
-    LIMIT 16
+    SELECT candidate.queue, candidate.task, candidate.limit_key
+    FROM candidate
+    CROSS JOIN LATERAL (
+        SELECT FROM eddyq_jobs AS job
+        WHERE job.id = candidate.id AND job.state = 'available'
+          AND pg_try_advisory_xact_lock(
+              1701078137, hashtext('task:' || candidate.task || ':' || candidate.limit_key)
+          )
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS still_available
+    LIMIT %(limit)s
 ) AS locked
 
--- sql.limited_claim_statement (limit 16, given queues, keyed)
+-- sql.limited_claim_statement (given queues, keyed)
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), allowance AS MATERIALIZED (
     SELECT queue.name, refill.tokens, queue.rate_limit, queue.rate_period, queue.rate_burst,
            GREATEST(
                LEAST(
-                   16,
+                   %(limit)s,
                    queue.concurrency - (
                        SELECT count(*) FROM eddyq_jobs AS job
                        WHERE job.state = 'running' AND job.queue = queue.name
@@ -1246,7 +1262,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS job
 ), limited_picked AS (
-    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT 16
+    SELECT id FROM limited ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 , task_limit AS MATERIALIZED (
     SELECT * FROM unnest(
@@ -1262,9 +1278,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
            'task:' || head.task || ':' || head.limit_key AS name, refill.tokens,
            task_limit.rate_limit, task_limit.rate_period, task_limit.rate_burst,
            LEAST(
-               16,
-               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), 16),
-               COALESCE(floor(refill.tokens), 16)
+               %(limit)s,
+               COALESCE(task_limit.concurrency - COALESCE(running.jobs, 0), %(limit)s),
+               COALESCE(floor(refill.tokens), %(limit)s)
            )::integer AS allowed
     FROM (
         SELECT locked.*, NULL::bigint AS id, NULL::smallint AS priority,
@@ -1302,7 +1318,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     WHERE key_room.allowed >= 1
 ), keyed_picked AS (
     SELECT id FROM keyed ORDER BY priority DESC, run_at, id
-    LIMIT GREATEST(16 - (SELECT count(*) FROM limited_picked), 0)
+    LIMIT GREATEST(%(limit)s - (SELECT count(*) FROM limited_picked), 0)
 ), other_picked AS (
     SELECT id FROM eddyq_jobs
     WHERE state = 'available' AND limit_key IS NULL AND queue = ANY(%(queues)s::text[])
@@ -1312,7 +1328,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
                           OR rate_limit IS NOT NULL)
     ORDER BY priority DESC, run_at, id
     LIMIT GREATEST(
-        16 - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
+        %(limit)s - (SELECT count(*) FROM limited_picked) - (SELECT count(*) FROM keyed_picked), 0
     )
     FOR UPDATE SKIP LOCKED
 ), claimed AS (

@@ -86,18 +86,18 @@ def worker_pass() -> Rendered:
         "LIMITED_QUEUES",
         "LOCK_LIMITS",
         "LIMITED_CLAIM_WITHOUT_SORT",
-        "KEYED_CLAIM_GENERIC_PLANS",
+        "LIMITED_CLAIM_GENERIC_PLANS",
     ):
         yield f"sql.{name}", getattr(sql, name)
     for which, queues in CLAIM_QUEUES.items():
-        statement = sql.limited_claim_statement(16, queues)
-        yield f"sql.limited_claim_statement (limit 16, {which})", statement
-    statement = sql.limited_claim_statement(16, None, others=False)
-    yield "sql.limited_claim_statement (limit 16, limited queues only)", statement
+        statement = sql.limited_claim_statement(queues)
+        yield f"sql.limited_claim_statement ({which})", statement
+    statement = sql.limited_claim_statement(None, others=False)
+    yield "sql.limited_claim_statement (limited queues only)", statement
     for which, queues in (("any queue", None), ("given queues", ["default", "emails"])):
-        yield f"sql.lock_keys_statement (limit 16, {which})", sql.lock_keys_statement(16, queues)
-        statement = sql.limited_claim_statement(16, queues, keyed=True)
-        yield f"sql.limited_claim_statement (limit 16, {which}, keyed)", statement
+        yield f"sql.lock_keys_statement ({which})", sql.lock_keys_statement(queues)
+        statement = sql.limited_claim_statement(queues, keyed=True)
+        yield f"sql.limited_claim_statement ({which}, keyed)", statement
     for name in (
         "FINISH_JOBS",
         "FINISH_ATOMIC_JOB",

@@ -155,17 +155,20 @@ def run_pass(
                     connection.execute(sql.LOCK_LIMITS, {"limited": list(limited)})
                 if queues is None:
                     connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
+                connection.execute(sql.LIMITED_CLAIM_GENERIC_PLANS)
                 if keyed:
-                    connection.execute(sql.KEYED_CLAIM_GENERIC_PLANS)
                     connection.execute(
-                        sql.lock_keys_statement(planned.claim, queues),
-                        {"queues": queues, **keyed.params},
+                        sql.lock_keys_statement(queues),
+                        {"queues": queues, "limit": planned.claim, **keyed.params},
                     )
                 claim = connection.execute(
-                    sql.limited_claim_statement(
-                        planned.claim, queues, others=others, keyed=keyed is not None
-                    ),
-                    {**claimer, "limited": list(limited), **(keyed.params if keyed else {})},
+                    sql.limited_claim_statement(queues, others=others, keyed=keyed is not None),
+                    {
+                        **claimer,
+                        "limit": planned.claim,
+                        "limited": list(limited),
+                        **(keyed.params if keyed else {}),
+                    },
                 )
             else:
                 if queues is None:
