@@ -410,7 +410,7 @@ def test_a_killed_worker_holds_its_keys_until_its_jobs_are_rescued(
 ) -> None:
     """A worker running key A's only slot is SIGKILLed: no other worker starts a job of A
     until the rescuer has taken it back, while key B's jobs run on; then A's all run, one at a
-    time."""
+    time, a pause of their queue in the middle starting none."""
     jobs.one_per_customer.enqueue(1.5, "A")
     doomed = start_worker("--concurrency", "10", "--no-maintenance")
     wait_for(lambda: Job.objects.filter(limit_key="A", state="running").exists(), 30)
@@ -425,6 +425,14 @@ def test_a_killed_worker_holds_its_keys_until_its_jobs_are_rescued(
     # A's job is still running, by the database's account: nothing else of A started.
     assert Job.objects.filter(limit_key="A", state="running").count() == 1
     assert not Job.objects.filter(limit_key="A", state="completed").exists()
+    wait_for(lambda: Job.objects.filter(limit_key="A", state="completed").exists(), 60)
+    set_queue_paused("default", paused=True)
+    wait_for(lambda: not Job.objects.filter(state="running").exists(), 30)
+    left = Job.objects.filter(limit_key="A", state="available").count()
+    assert left >= 1  # A's jobs run one at a time, 0.2 s each: some wait still
+    time.sleep(0.5)
+    assert Job.objects.filter(limit_key="A", state="available").count() == left
+    set_queue_paused("default", paused=False)
     wait_for(lambda: Job.objects.filter(limit_key="A", state="completed").count() == 4, 60)
     assert overlap_per_key()["A"] == 1
 
