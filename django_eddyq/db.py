@@ -1,4 +1,5 @@
-"""The queue's own connections, apart from the ones Django lends to user code.
+"""The queue's own connections, apart from the ones Django lends to user code, and the
+database's clock.
 
 The worker's bookkeeping (claims, heartbeats, completions) runs on connections of its own, made
 from the queue database's Django settings, so that a handler that breaks its transaction can
@@ -7,12 +8,14 @@ never break the worker.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import psycopg
 from django.db import connections
 from psycopg.types.json import set_json_dumps, set_json_loads
 
+from django_eddyq import sql
 from django_eddyq.arguments import dumps, loads
 from django_eddyq.conf import eddyq_settings
 
@@ -53,3 +56,12 @@ def connect(alias: str | None = None) -> psycopg.Connection[tuple[Any, ...]]:
     set_json_dumps(dumps, connection)
     set_json_loads(loads, connection)
     return connection
+
+
+def database_now(cursor: Any) -> datetime:
+    """Now by the database's clock, in UTC, read on ``cursor`` (a Django or psycopg cursor):
+    schedules and durations ago are reckoned by it, never by the clock of a process."""
+    cursor.execute(sql.DATABASE_NOW)
+    (now,) = cursor.fetchone()
+    now_utc: datetime = now.astimezone(UTC)
+    return now_utc

@@ -16,6 +16,7 @@ from django.db import connections, transaction
 from django_eddyq import registry, sql
 from django_eddyq.arguments import normalize_arguments
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.db import database_now
 from django_eddyq.enqueue import JobSpec, default_queue, insert_jobs
 from django_eddyq.exceptions import ScheduleNotFound
 from django_eddyq.maintenance.service import Service
@@ -259,7 +260,7 @@ def periodic_schedules(*, now: datetime | None = None) -> list[ScheduleStatus]:
     reckoned from ``now``, by default the database's clock."""
     schedules = {schedule.name: schedule for schedule in _configured_schedules()}
     with connections[eddyq_settings.DATABASE].cursor() as cursor:
-        now = now or _database_now(cursor)
+        now = now or database_now(cursor)
         cursor.execute(sql.LIST_PERIODIC_SCHEDULES, {"limit": LIST_LIMIT})
         rows = {name: (last, job_id, enabled) for name, last, job_id, enabled in cursor}
     listed = []
@@ -318,7 +319,7 @@ def set_periodic_enabled(name: str, enabled: bool, *, now: datetime | None = Non
     schedule = _configured_schedule(name)
     alias = eddyq_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        now = now or _database_now(cursor)
+        now = now or database_now(cursor)
         params: dict[str, Any] = {
             "name": name,
             "run_at": schedule.latest_run(now),
@@ -329,13 +330,6 @@ def set_periodic_enabled(name: str, enabled: bool, *, now: datetime | None = Non
         cursor.execute(sql.SET_PERIODIC_ENABLED, params)
     was_enabled = True if locked is None else locked[1]  # a schedule without a row runs
     return bool(was_enabled != enabled)
-
-
-def _database_now(cursor: Any) -> datetime:
-    cursor.execute(sql.DATABASE_NOW)
-    (now,) = cursor.fetchone()
-    now_utc: datetime = now.astimezone(UTC)
-    return now_utc
 
 
 def _configured_schedules() -> list[PeriodicJob]:

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.db import DatabaseError, connections, transaction
@@ -16,6 +16,7 @@ from django.db.backends.utils import CursorWrapper
 
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.db import database_now
 from django_eddyq.lifecycle import Loop
 
 logger = logging.getLogger(__name__)
@@ -192,10 +193,7 @@ class Service(Loop):
         """Now by the database's clock, in UTC: schedules are reckoned by it, never by the
         clock of the process that happens to lead."""
         with self.cursor() as cursor:
-            cursor.execute(sql.DATABASE_NOW)
-            (now,) = cursor.fetchone()
-        now_utc: datetime = now.astimezone(UTC)
-        return now_utc
+            return database_now(cursor)
 
     @staticmethod
     @contextmanager

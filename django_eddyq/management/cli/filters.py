@@ -12,8 +12,8 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.db import database_now
 from django_eddyq.durations import UNITS_HINT, parse_duration
 from django_eddyq.selection import JobFilter
 from django_eddyq.vocabulary import JobState, validate_queue_name
@@ -84,8 +84,7 @@ def job_filter(options: dict[str, Any], ids: tuple[int, ...] = ()) -> JobFilter:
     since, until = options["since"], options["until"]
     if isinstance(since, timedelta) or isinstance(until, timedelta):
         with connections[eddyq_settings.DATABASE].cursor() as cursor:
-            cursor.execute(sql.DATABASE_NOW)
-            (now,) = cursor.fetchone()
+            now = database_now(cursor)
         since = now - since if isinstance(since, timedelta) else since
         until = now - until if isinstance(until, timedelta) else until
     return JobFilter(

@@ -15,8 +15,9 @@ from typing import Any
 
 from django.db import connections
 
-from django_eddyq import activity, inspection, metrics, sql
+from django_eddyq import activity, inspection, metrics
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.db import database_now
 from django_eddyq.management.cli.output import NOTHING, OK, ago, cell, table, to_json
 from django_eddyq.models import WorkerProcess
 from django_eddyq.vocabulary import JobState
@@ -75,8 +76,7 @@ def read_status() -> Status:
     if not gauges.ok:
         raise DatabaseUnreadable(gauges.error or "the read failed")
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.DATABASE_NOW)
-        (now,) = cursor.fetchone()
+        now = database_now(cursor)
     recent = activity.recent_counts(using=alias)
     nothing = activity.RecentCounts(
         completed=dict.fromkeys(activity.RECENT_MINUTES, 0),
