@@ -1666,6 +1666,12 @@ MARK_WORKFLOW_CANCELLED = """
 UPDATE eddyq_workflows SET state = 'cancelled' WHERE id = %(id)s AND state <> 'completed'
 """
 
+# The step a job is, by its id (current_workflow()): its workflow and name, as its step row
+# says, never as the job's metadata does (a value in a row that anyone who writes jobs could set).
+CURRENT_STEP = """
+SELECT workflow_id, name FROM eddyq_workflow_steps WHERE job_id = %(job_id)s
+"""
+
 # What a step reads: the results of the steps it depends on, and one step's by name.
 DEPENDENCY_RESULTS = """
 SELECT upstream.name, job.state, job.result

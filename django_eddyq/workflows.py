@@ -362,13 +362,20 @@ def _json(value: Any) -> Any:
 
 
 def current_workflow() -> WorkflowContext | None:
-    """The workflow of the step the calling handler runs for; None outside a workflow's step."""
+    """The workflow of the step the calling handler runs for; None outside a workflow's step.
+
+    Which workflow, and which step, is read from the step's row, by the job's id: the keys its
+    workflow wrote in the job's metadata only say whether to look, so that a job whose metadata
+    was written otherwise reads no other workflow's results and adds no step to it."""
     job = current_job()
-    if job is None:
+    if job is None or "workflow" not in job.metadata:
         return None
-    workflow_id, step = job.metadata.get("workflow"), job.metadata.get("workflow_step")
-    if type(workflow_id) is not int or not isinstance(step, str):
+    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql.CURRENT_STEP, {"job_id": job.id})
+        row = cursor.fetchone()
+    if row is None:
         return None
+    workflow_id, step = row
     return WorkflowContext(workflow_id, step, job.id)
 
 

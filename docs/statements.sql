@@ -2194,6 +2194,9 @@ ORDER BY job_id
 -- sql.MARK_WORKFLOW_CANCELLED
 UPDATE eddyq_workflows SET state = 'cancelled' WHERE id = %(id)s AND state <> 'completed'
 
+-- sql.CURRENT_STEP
+SELECT workflow_id, name FROM eddyq_workflow_steps WHERE job_id = %(job_id)s
+
 -- sql.DEPENDENCY_RESULTS
 SELECT upstream.name, job.state, job.result
 FROM eddyq_workflow_edges AS edge

@@ -448,3 +448,19 @@ def fan_out(count: int) -> int:
     workflow.add(workflow_step.s("gather"), after=parts, name="gather")
     workflow.enqueue()
     return count
+
+
+@task
+def workflow_probe(name: str) -> dict[str, Any]:
+    """What ``current_workflow()`` tells a handler: its workflow and step, and the result of
+    the step ``name`` of that workflow (or why there is none)."""
+    from django_eddyq import current_workflow
+
+    workflow = current_workflow()
+    if workflow is None:
+        return {"workflow": None}
+    try:
+        read: Any = workflow.result(name)
+    except LookupError as error:
+        read = str(error)
+    return {"workflow": workflow.id, "step": workflow.step, "read": read}

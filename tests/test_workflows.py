@@ -237,3 +237,25 @@ def test_a_plain_job_is_no_step() -> None:
         cursor.execute("SELECT count(*) FROM eddyq_workflow_steps")
         assert cursor.fetchone() == (0,)
     assert Job.objects.get(pk=job.pk).state == "completed"
+
+
+def test_a_step_is_known_by_its_row_not_by_its_jobs_metadata() -> None:
+    """A row writer who points a job's metadata at another workflow reads none of its results:
+    the workflow and step a handler sees are its step row's, found by the job's id."""
+    secret = Workflow("secret")
+    secret.add(jobs.workflow_step.s("secret"), name="secret")
+    secret.enqueue()
+    run_all()
+    mine = Workflow("mine")
+    probe = mine.add(jobs.workflow_probe.s("secret"), name="probe")
+    mine.enqueue()
+    plain = jobs.workflow_probe.enqueue("secret")
+    forged = {"workflow": secret.id, "workflow_step": "secret"}
+    Job.objects.filter(pk__in=[probe.job_id, plain.pk]).update(metadata=forged)
+    run_all()
+    assert Job.objects.get(pk=plain.pk).result == {"workflow": None}
+    assert Job.objects.get(pk=probe.job_id).result == {
+        "workflow": mine.id,
+        "step": "probe",
+        "read": f"workflow {mine.id} has no step 'secret'",
+    }
