@@ -1349,14 +1349,21 @@ _GROWN_WORKFLOW = """UPDATE eddyq_workflows
 
 # The steps (an element of each array per step) and their dependencies (an element of each
 # edge_ array per edge: the upstream by its position among the steps, or, already stored, by its
-# job id) in one statement. Ids are drawn first, so that edges can name them. A step with
-# dependencies left to wait on is 'pending'. Its jobs are kept while the workflow runs (a
-# dependent may still read a result); the workflow's end sets when they expire.
+# job id) in one statement. Ids are drawn first, into an array that edges index by position: no
+# join of the steps with themselves, whose estimate (the planner knows nothing of a CTE's
+# positions) would cost a large graph a second of JIT compilation for milliseconds of work.
+# A step with dependencies left to wait on is 'pending'. Its jobs are kept while the workflow
+# runs (a dependent may still read a result); the workflow's end sets when they expire. Returns
+# the workflow's id and the steps' job ids in their order (none if the workflow has ended).
 _INSERT_STEPS = """
 WITH workflow AS (
     {workflow}
+), drawn AS (
+    SELECT array_agg(nextval('eddyq_jobs_id_seq') ORDER BY position) AS ids
+    FROM generate_series(1, %(count)s) AS position
+    WHERE EXISTS (SELECT FROM workflow)
 ), input AS (
-    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+    SELECT input.*, drawn.ids[input.position] AS id,
            COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
@@ -1366,6 +1373,8 @@ WITH workflow AS (
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
         waiting, position
     )
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 ){touch_queues}, inserted AS (
     INSERT INTO eddyq_jobs (
         id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
@@ -1379,30 +1388,28 @@ WITH workflow AS (
            metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
     FROM input CROSS JOIN workflow
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    RETURNING state, queue
 ), steps AS (
     INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
     SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
 ), edges AS (
     INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
-    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    SELECT COALESCE(drawn.ids[edge.upstream_position], edge.upstream_job),
+           drawn.ids[edge.downstream_position], edge.ignore_failure
     FROM unnest(
         %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
         %(edge_ignore)s::boolean[]
     ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
-    JOIN input AS downstream ON downstream.position = edge.downstream_position
-    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
-    WHERE EXISTS (SELECT FROM workflow)
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
-SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
-       inserted.created_at, (
+SELECT workflow.id, drawn.ids, (
     SELECT count(pg_notify('eddyq_jobs', queue))
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-FROM inserted JOIN input ON input.id = inserted.id
-ORDER BY input.position
+FROM workflow CROSS JOIN drawn
 """
 
 INSERT_WORKFLOW = _INSERT_STEPS.format(workflow=_NEW_WORKFLOW, touch_queues=_TOUCH_QUEUES)

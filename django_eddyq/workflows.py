@@ -162,12 +162,13 @@ class Workflow:
                 statement = sql.ADD_WORKFLOW_STEPS
                 params["workflow_id"] = self.id
             cursor.execute(statement, params)
-            rows = cursor.fetchall()
-        if len(rows) != len(ordered):
+            stored = cursor.fetchone()
+        if stored is None:
             raise InvalidWorkflow(f"workflow {self.name!r} has ended: it takes no more steps")
-        for step, row in zip(ordered, rows, strict=True):
-            step.job_id = row[1]
-        self.id = rows[0][0]
+        workflow_id, job_ids, _notified = stored
+        for step, job_id in zip(ordered, job_ids, strict=True):
+            step.job_id = job_id
+        self.id = workflow_id
         return self
 
     def _lock_stored(self, cursor: Any, ordered: Sequence[Step]) -> dict[int, str | None]:

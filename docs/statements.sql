@@ -1845,8 +1845,12 @@ WITH workflow AS (
     )
     VALUES (%(name)s, 'running', %(retention)s, %(count)s, %(count)s, 0, now())
     RETURNING id
+), drawn AS (
+    SELECT array_agg(nextval('eddyq_jobs_id_seq') ORDER BY position) AS ids
+    FROM generate_series(1, %(count)s) AS position
+    WHERE EXISTS (SELECT FROM workflow)
 ), input AS (
-    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+    SELECT input.*, drawn.ids[input.position] AS id,
            COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
@@ -1856,6 +1860,8 @@ WITH workflow AS (
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
         waiting, position
     )
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
 , created_queues AS (
     INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
@@ -1882,30 +1888,28 @@ WITH workflow AS (
            metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
     FROM input CROSS JOIN workflow
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    RETURNING state, queue
 ), steps AS (
     INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
     SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
 ), edges AS (
     INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
-    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    SELECT COALESCE(drawn.ids[edge.upstream_position], edge.upstream_job),
+           drawn.ids[edge.downstream_position], edge.ignore_failure
     FROM unnest(
         %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
         %(edge_ignore)s::boolean[]
     ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
-    JOIN input AS downstream ON downstream.position = edge.downstream_position
-    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
-    WHERE EXISTS (SELECT FROM workflow)
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
-SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
-       inserted.created_at, (
+SELECT workflow.id, drawn.ids, (
     SELECT count(pg_notify('eddyq_jobs', queue))
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-FROM inserted JOIN input ON input.id = inserted.id
-ORDER BY input.position
+FROM workflow CROSS JOIN drawn
 
 -- sql.ADD_WORKFLOW_STEPS
 WITH workflow AS (
@@ -1913,8 +1917,12 @@ WITH workflow AS (
     SET steps = steps + %(count)s, unfinished = unfinished + %(count)s
     WHERE id = %(workflow_id)s AND finalized_at IS NULL
     RETURNING id
+), drawn AS (
+    SELECT array_agg(nextval('eddyq_jobs_id_seq') ORDER BY position) AS ids
+    FROM generate_series(1, %(count)s) AS position
+    WHERE EXISTS (SELECT FROM workflow)
 ), input AS (
-    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+    SELECT input.*, drawn.ids[input.position] AS id,
            COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
@@ -1924,6 +1932,8 @@ WITH workflow AS (
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
         waiting, position
     )
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
 , created_queues AS (
     INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
@@ -1950,30 +1960,28 @@ WITH workflow AS (
            metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
     FROM input CROSS JOIN workflow
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    RETURNING state, queue
 ), steps AS (
     INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
     SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
 ), edges AS (
     INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
-    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    SELECT COALESCE(drawn.ids[edge.upstream_position], edge.upstream_job),
+           drawn.ids[edge.downstream_position], edge.ignore_failure
     FROM unnest(
         %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
         %(edge_ignore)s::boolean[]
     ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
-    JOIN input AS downstream ON downstream.position = edge.downstream_position
-    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
-    WHERE EXISTS (SELECT FROM workflow)
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
-SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
-       inserted.created_at, (
+SELECT workflow.id, drawn.ids, (
     SELECT count(pg_notify('eddyq_jobs', queue))
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-FROM inserted JOIN input ON input.id = inserted.id
-ORDER BY input.position
+FROM workflow CROSS JOIN drawn
 
 -- sql.LOCK_UPSTREAM_STEPS
 SELECT job_id, name, ended_state FROM eddyq_workflow_steps

@@ -16,6 +16,7 @@ from django_eddyq.exceptions import InvalidWorkflow
 from django_eddyq.maintenance import Cleaner
 from django_eddyq.models import Job, WorkflowEdge, WorkflowRun, WorkflowStep
 from django_eddyq.testing import run_jobs
+from django_eddyq.workflows import WorkflowContext
 from tests import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -259,3 +260,16 @@ def test_a_step_is_known_by_its_row_not_by_its_jobs_metadata() -> None:
         "step": "probe",
         "read": f"workflow {mine.id} has no step 'secret'",
     }
+
+
+def test_an_ended_workflow_takes_no_more_steps() -> None:
+    workflow = chain(jobs.workflow_step.s("a"), retention=None).enqueue()
+    run_all()
+    [step] = workflow.steps
+    assert step.job_id is not None and workflow.id is not None
+    late = WorkflowContext(workflow.id, step.name, step.job_id)
+    late.add(jobs.workflow_step.s("late"), after=[step.name])
+    with pytest.raises(InvalidWorkflow, match="has ended: it takes no more steps"):
+        late.enqueue()
+    assert Job.objects.count() == 1
+    assert WorkflowRun.objects.get(pk=workflow.id).steps == 1
