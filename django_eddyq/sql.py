@@ -1426,20 +1426,25 @@ FOR SHARE
 """
 
 # The steps among %(ids)s whose jobs have just ended, marked ended: once, whichever path ended
-# them (a worker's finish, the rescuer, a cancel), however often this is sent for them.
+# them (a worker's finish, the rescuer, a cancel), however often this is sent for them. Each
+# job's state is read by its id (a subquery per step): as a join, the planner, its statistics
+# taken before a burst of completions, walked every ended job by state, O(the table) a pass.
 END_STEPS = """
 WITH locked AS (
     SELECT job_id FROM eddyq_workflow_steps
     WHERE job_id = ANY(%(ids)s::bigint[]) AND ended_state IS NULL
     ORDER BY job_id
     FOR UPDATE
+), ended AS (
+    SELECT locked.job_id,
+           (SELECT job.state FROM eddyq_jobs AS job WHERE job.id = locked.job_id) AS state
+    FROM locked
 )
 UPDATE eddyq_workflow_steps AS step
-SET ended_state = job.state
-FROM locked, eddyq_jobs AS job
-WHERE step.job_id = locked.job_id
-  AND job.id = step.job_id
-  AND job.state IN ('completed', 'failed', 'cancelled')
+SET ended_state = ended.state
+FROM ended
+WHERE step.job_id = ended.job_id
+  AND ended.state IN ('completed', 'failed', 'cancelled')
 RETURNING step.job_id, step.workflow_id, step.ended_state
 """
 
@@ -1537,7 +1542,8 @@ FROM released
 # %(failed)s of them failed or cancelled: their counts, and their state once the last step has
 # ended (or again when a retry reopens one). A workflow that ends sets each of its jobs'
 # retention to expire with it, RETENTION seconds after it ended; one reopened keeps them again.
-# O(its steps), once per workflow's end.
+# O(its steps), once per workflow's end. The workflows are found by their ids as given (ANY):
+# matched against the CTE, the planner scanned the whole table at every pass.
 WORKFLOW_PROGRESS = """
 WITH change AS (
     SELECT workflow_id, sum(finished)::integer AS finished, sum(failed)::integer AS failed
@@ -1546,7 +1552,7 @@ WITH change AS (
     GROUP BY workflow_id
 ), locked AS (
     SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
-    WHERE id IN (SELECT workflow_id FROM change)
+    WHERE id = ANY(%(workflow_ids)s::bigint[])
     ORDER BY id
     FOR UPDATE
 ), progressed AS (
@@ -1562,7 +1568,7 @@ WITH change AS (
         finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
                             THEN COALESCE(workflow.finalized_at, now()) END
     FROM change JOIN locked ON locked.id = change.workflow_id
-    WHERE workflow.id = change.workflow_id
+    WHERE workflow.id = change.workflow_id AND workflow.id = ANY(%(workflow_ids)s::bigint[])
     RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
 ), kept AS (
     UPDATE eddyq_jobs AS job

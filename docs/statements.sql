@@ -1995,13 +1995,16 @@ WITH locked AS (
     WHERE job_id = ANY(%(ids)s::bigint[]) AND ended_state IS NULL
     ORDER BY job_id
     FOR UPDATE
+), ended AS (
+    SELECT locked.job_id,
+           (SELECT job.state FROM eddyq_jobs AS job WHERE job.id = locked.job_id) AS state
+    FROM locked
 )
 UPDATE eddyq_workflow_steps AS step
-SET ended_state = job.state
-FROM locked, eddyq_jobs AS job
-WHERE step.job_id = locked.job_id
-  AND job.id = step.job_id
-  AND job.state IN ('completed', 'failed', 'cancelled')
+SET ended_state = ended.state
+FROM ended
+WHERE step.job_id = ended.job_id
+  AND ended.state IN ('completed', 'failed', 'cancelled')
 RETURNING step.job_id, step.workflow_id, step.ended_state
 
 -- sql.CANCEL_DEPENDENTS
@@ -2092,7 +2095,7 @@ WITH change AS (
     GROUP BY workflow_id
 ), locked AS (
     SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
-    WHERE id IN (SELECT workflow_id FROM change)
+    WHERE id = ANY(%(workflow_ids)s::bigint[])
     ORDER BY id
     FOR UPDATE
 ), progressed AS (
@@ -2108,7 +2111,7 @@ WITH change AS (
         finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
                             THEN COALESCE(workflow.finalized_at, now()) END
     FROM change JOIN locked ON locked.id = change.workflow_id
-    WHERE workflow.id = change.workflow_id
+    WHERE workflow.id = change.workflow_id AND workflow.id = ANY(%(workflow_ids)s::bigint[])
     RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
 ), kept AS (
     UPDATE eddyq_jobs AS job
