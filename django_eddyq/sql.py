@@ -1898,7 +1898,8 @@ ORDER BY queue
 #   and eddyq_jobs_keyed_claim_idx up to %(limit)s each (one more than what is counted
 #   exactly), index-only once vacuum has passed.
 # - 'sampled': the other states' jobs per queue and state, from at most %(limit)s running jobs
-#   (eddyq_jobs_lease_idx), %(limit)s scheduled or retryable ones, the soonest due
+#   (eddyq_jobs_lease_idx), %(limit)s pending ones (workflows' steps waiting for others,
+#   eddyq_jobs_pending_idx), %(limit)s scheduled or retryable ones, the soonest due
 #   (eddyq_jobs_due_idx), and %(sample)s of each terminal state, the latest finalized
 #   (eddyq_jobs_finalized_idx): exact counts while a state has fewer, else its split by queue.
 #   Each read follows its partial index in the index's order, which the ORDER BY asks for: with a
@@ -1916,6 +1917,9 @@ WITH queues AS MATERIALIZED (
 ), sampled AS (
     (SELECT queue, state FROM eddyq_jobs WHERE state = 'running'
      ORDER BY locked_until LIMIT %(limit)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'pending'
+     ORDER BY id LIMIT %(limit)s)
     UNION ALL
     (SELECT queue, state FROM eddyq_jobs WHERE state IN ('scheduled', 'retryable')
      ORDER BY run_at LIMIT %(limit)s)

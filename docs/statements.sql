@@ -2361,6 +2361,9 @@ WITH queues AS MATERIALIZED (
     (SELECT queue, state FROM eddyq_jobs WHERE state = 'running'
      ORDER BY locked_until LIMIT %(limit)s)
     UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'pending'
+     ORDER BY id LIMIT %(limit)s)
+    UNION ALL
     (SELECT queue, state FROM eddyq_jobs WHERE state IN ('scheduled', 'retryable')
      ORDER BY run_at LIMIT %(limit)s)
     UNION ALL
