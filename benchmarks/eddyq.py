@@ -34,6 +34,11 @@ FLOW_LIMITS: list[tuple[str, dict[str, Any]]] = [
 # twenty jobs per customer (in a shuffled order) and as many customers as that makes.
 FLOW_KEYED = "flow_keys_limit1"
 FLOW_JOBS_PER_KEY = 20
+# Workflows' rows: a fan-out and fan-in (one step, then the rest side by side, then one after them
+# all) enqueued, and chains of no-op steps drained against as many plain no-op jobs, both by one
+# serving worker process of --concurrency 10.
+WORKFLOW_WORKER = {"concurrency": 10}
+WORKFLOW_TABLES = "eddyq_jobs, eddyq_workflows, eddyq_workflow_steps, eddyq_workflow_edges"
 
 
 def setup_django() -> None:
@@ -189,6 +194,51 @@ class PacedPerKey(Paced):
             )
 
 
+class Serving(Eddyq):
+    """The queue drained of no-op jobs by a worker that serves (not ``--burst``), to the last
+    completion the database recorded: a chain's next step is released only as the one before
+    it ends, so a burst worker's idea of a drained queue does not hold, and the plain drain it
+    is compared with is measured alike. Counts a workflow's pending steps as waiting."""
+
+    name = "django-eddyq-serving"
+    worker_exits = False
+    tables = ("eddyq_jobs", "eddyq_workflow_steps", "eddyq_workflow_edges")
+
+    def worker_argv(self, mode: str, options: dict[str, Any]) -> list[str]:
+        return [arg for arg in super().worker_argv(mode, options) if arg != "--burst"]
+
+    def reset(self) -> None:
+        self.connection.execute(f"TRUNCATE {WORKFLOW_TABLES}")
+
+    def pending(self) -> int:
+        return self.scalar(
+            "SELECT count(*) FROM eddyq_jobs"
+            " WHERE state IN ('pending', 'scheduled', 'available', 'running', 'retryable')"
+        )
+
+    steady = Paced.steady
+
+
+class Chains(Serving):
+    """``Serving``, of chains of ``length`` no-op steps, each chain a workflow of its own."""
+
+    name = "django-eddyq-chains"
+
+    def __init__(self, url: str, env: dict[str, str], length: int) -> None:
+        super().__init__(url, env)
+        self.length = length
+
+    def prefill(self, n: int) -> None:
+        from django.db import transaction
+
+        from benchmarks.noop import noop
+        from django_eddyq import chain
+
+        with transaction.atomic():
+            for _ in range(n // self.length):
+                chain(*(noop.s() for _ in range(self.length))).enqueue()
+
+
 def subject(config: dict[str, Any]) -> Eddyq:
     setup_django()
     return Eddyq(os.environ["DATABASE_URL"], dict(os.environ))
@@ -289,7 +339,9 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
     queue = subject(config)
     log_dir = Path(config["log_dir"])
     timeout = config.get("timeout", 600)
-    wanted = set(config.get("scenarios") or ["single", "many", "drain", "flow", "latency"])
+    wanted = set(
+        config.get("scenarios") or ["single", "many", "drain", "flow", "workflows", "latency"]
+    )
     results: dict[str, Any] = {}
     if "single" in wanted:
         try:
@@ -325,6 +377,8 @@ def run_round(config: dict[str, Any]) -> dict[str, Any]:
         atomic.close()
     if "flow" in wanted:
         results.update(flow_control(queue, config["flow"], log_dir=log_dir, timeout=timeout))
+    if "workflows" in wanted and "chains" in config:
+        results.update(workflows(queue, config, log_dir=log_dir, timeout=timeout))
     if "latency" in wanted:
         harness.guarded(
             results,
@@ -386,6 +440,64 @@ def flow_control(queue: Eddyq, n: int, *, log_dir: Path, timeout: float) -> dict
         paced.reset()
         paced.close()
     return results
+
+
+def workflows(
+    queue: Eddyq, config: dict[str, Any], *, log_dir: Path, timeout: float
+) -> dict[str, Any]:
+    """``workflow_enqueue``: seconds to build and enqueue a fan-out and fan-in of
+    ``workflow_steps`` steps (the median of three); ``workflow_chains``: jobs/s of the drain of
+    ``chains`` chains of ``chain_length`` steps, and ``workflow_plain``: of as many plain jobs,
+    by the same serving worker (with ``_steady``: from the first claim to the last completion,
+    without the worker's start-up)."""
+    results: dict[str, Any] = {}
+    serving = Serving(queue.url, queue.env)
+    chains = Chains(queue.url, queue.env, config["chain_length"])
+    try:
+        harness.guarded(
+            results, "workflow_enqueue", fan_out_and_in, serving, config["workflow_steps"]
+        )
+        jobs = config["chains"] * config["chain_length"]
+        for key, drained in [("workflow_plain", serving), ("workflow_chains", chains)]:
+            harness.guarded(
+                results,
+                key,
+                harness.drain,
+                drained,
+                jobs,
+                WORKFLOW_WORKER,
+                log_dir=log_dir,
+                timeout=timeout,
+            )
+            if not isinstance(results[key], dict):  # not an error
+                results[f"{key}_steady"] = drained.steady()
+    finally:
+        serving.reset()
+        serving.close()
+        chains.close()
+    return results
+
+
+def fan_out_and_in(queue: Serving, steps: int, rounds: int = 3) -> float:
+    """Seconds to build and enqueue one step, ``steps - 2`` after it, and one after them all."""
+    from benchmarks.noop import noop
+    from django_eddyq import Workflow
+
+    spent = []
+    for _ in range(rounds):
+        queue.reset()
+        started = time.perf_counter()
+        workflow = Workflow("fan")
+        first = workflow.add(noop.s(), name="first")
+        middle = [workflow.add(noop.s(), after=[first]) for _ in range(steps - 2)]
+        workflow.add(noop.s(), after=middle, name="last")
+        workflow.enqueue()
+        spent.append(time.perf_counter() - started)
+        stored = queue.scalar("SELECT count(*) FROM eddyq_workflow_steps")
+        if stored != steps:
+            raise RuntimeError(f"{steps} steps enqueued, {stored} stored")
+    queue.reset()
+    return common.median(spent)
 
 
 # Retained history ---------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ FULL = {
     "chunk": 10_000,
     "drain": 20_000,
     "flow": 20_000,
+    "workflow_steps": 10_000,
+    "chains": 1_000,
+    "chain_length": 10,
     "latency": 500,
     "interval": 0.010,
     "runs": 3,
@@ -159,7 +162,18 @@ def _db_suffix(subject: Subject) -> str:
 def round_config(subject: Subject, sizes: dict[str, Any], log_dir: Path) -> dict[str, Any]:
     config = {
         key: sizes[key]
-        for key in ("single", "many", "chunk", "drain", "flow", "latency", "interval")
+        for key in (
+            "single",
+            "many",
+            "chunk",
+            "drain",
+            "flow",
+            "workflow_steps",
+            "chains",
+            "chain_length",
+            "latency",
+            "interval",
+        )
     }
     config["drain"] = int(sizes["drain"] * subject.drain_fraction)
     if subject.many_limit is not None:
@@ -367,7 +381,69 @@ def sections(sizes: dict[str, Any], by_key: dict[str, Subject]) -> list[Section]
                 "no limit",
             ),
         )
+    if "chains" in sizes:  # not in the runs of earlier commits
+        every.insert(
+            -1,
+            Section(
+                f"Workflows: drain {sizes['chains'] * sizes['chain_length']:,} no-op jobs, one "
+                "worker process (--concurrency 10, serving): spawn → last completion",
+                "jobs/s",
+                [
+                    Row("eddyq", "workflow_plain", "django-eddyq     plain jobs"),
+                    Row(
+                        "eddyq",
+                        "workflow_chains",
+                        f"django-eddyq     {sizes['chains']:,} chains of "
+                        f"{sizes['chain_length']} steps",
+                    ),
+                ],
+                ("eddyq", "workflow_plain"),
+                "plain jobs",
+            ),
+        )
     return every
+
+
+def workflow_rows(
+    sizes: dict[str, Any], eddyq: Subject | None
+) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """The enqueue of a large workflow, and the workflow drains without their start-up."""
+    if "workflow_steps" not in sizes:  # not in the runs of earlier commits
+        return []
+    rows = []
+    seconds = figure(eddyq, "workflow_enqueue")[0]
+    if isinstance(seconds, float):
+        steps = sizes["workflow_steps"]
+        rows.append(
+            (
+                "Workflows: enqueue [seconds, lower is better]",
+                [
+                    (
+                        f"Workflow.add() x {steps:,} (one, {steps - 2:,} after it, one after "
+                        "all), enqueue()",
+                        f"{seconds:.2f} s",
+                        f"{steps / seconds:,.0f} steps/s",
+                    )
+                ],
+            )
+        )
+    plain = figure(eddyq, "workflow_plain_steady")[0]
+    chains = figure(eddyq, "workflow_chains_steady")[0]
+    if isinstance(plain, float) and isinstance(chains, float):
+        rows.append(
+            (
+                "Workflows, first claim → last completion [jobs/s; x = ratio to plain jobs]",
+                [
+                    ("plain jobs", f"{plain:,.0f} /s", "x1.00"),
+                    (
+                        f"{sizes['chains']:,} chains of {sizes['chain_length']} steps",
+                        f"{chains:,.0f} /s",
+                        f"x{chains / plain:.2f}",
+                    ),
+                ],
+            )
+        )
+    return rows
 
 
 def render(
@@ -490,6 +566,18 @@ def targets(by_key: dict[str, Subject], extras: dict[str, Any]) -> list[dict[str
             f"{keyed / unlimited:.0%}",
             "≥ 70 %",
             keyed >= 0.7 * unlimited,
+        )
+    fan = get("eddyq", "workflow_enqueue")
+    if fan:
+        check("enqueue of a 10,000-step fan-out + fan-in < 1 s", f"{fan:.2f} s", "< 1 s", fan < 1)
+    plain = get("eddyq", "workflow_plain")
+    chained = get("eddyq", "workflow_chains")
+    if plain and chained:
+        check(
+            "drain of 1,000 chains of 10 steps ≥ 50 % of the plain drain",
+            f"{chained / plain:.0%}",
+            "≥ 50 %",
+            chained >= 0.5 * plain,
         )
     lat = get("eddyq", "latency")
     if lat:
@@ -913,6 +1001,7 @@ def report(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             )
         )
     extra_rows.extend(flow_steady_rows(by_key.get("eddyq")))
+    extra_rows.extend(workflow_rows(sizes, by_key.get("eddyq")))
     if "limits" in extras:
         extra_rows.extend(limits_rows(extras["limits"], sizes, by_key))
     table = render(header, sections(sizes, by_key), by_key, extra_rows)

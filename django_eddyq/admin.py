@@ -45,7 +45,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_eddyq import activity, bulk, inspection, operations
-from django_eddyq.charts import activity_charts
+from django_eddyq.charts import GraphStep, activity_charts, workflow_graph
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.durations import format_duration
 from django_eddyq.exceptions import ScheduleNotFound
@@ -56,7 +56,15 @@ from django_eddyq.maintenance.periodic import (
     run_periodic_now,
     set_periodic_enabled,
 )
-from django_eddyq.models import Batch, Job, PeriodicSchedule, Queue, WorkerProcess
+from django_eddyq.models import (
+    Batch,
+    Job,
+    PeriodicSchedule,
+    Queue,
+    WorkerProcess,
+    WorkflowRun,
+    WorkflowStep,
+)
 from django_eddyq.retention import job_retention_deadline
 from django_eddyq.selection import JobFilter, parse_id, search_jobs
 from django_eddyq.vocabulary import TERMINAL_STATES
@@ -426,7 +434,7 @@ class JobAdmin(EstimatingAdmin):
 
     summary_fields = (
         ("id", "state_badge", "attempts", "worker_display", "priority"),
-        ("task", "queue", "batch_link"),
+        ("task", "queue", "batch_link", "workflow_link"),
         ("created_at", "run_at", "attempted_at", "finalized_at"),
         ("retention_display", "unique_key", "limit_key_link"),
     )
@@ -790,6 +798,17 @@ class JobAdmin(EstimatingAdmin):
             '<a href="{}?{}">{}</a>', url, query, job.limit_key or _("the whole task")
         )
 
+    @admin.display(description=_("workflow"))
+    def workflow_link(self, job: Job) -> SafeString | str:
+        """The workflow the job is a step of, by its step row (never by its metadata)."""
+        step = WorkflowStep.objects.filter(job_id=job.pk).values_list("workflow_id", "name")
+        found = step.first()
+        if found is None:
+            return "-"
+        workflow_id, name = found
+        url = reverse("admin:django_eddyq_workflowrun_change", args=[workflow_id])
+        return format_html('<a href="{}">#{}</a>, step {}', url, workflow_id, name)
+
     @admin.display(description=_("positional arguments"))
     def args_json(self, job: Job) -> SafeString:
         return _json(job.args)
@@ -1053,6 +1072,168 @@ def _bulk_summary(operation: str, result: bulk.BulkResult) -> str:
             "requested": f"{result.cancel_requested:,}"
         }
     return str(summary)
+
+
+# Workflows.
+
+
+@admin.register(WorkflowRun)
+class WorkflowRunAdmin(EstimatingAdmin):
+    """A workflow: its counts, a graph of its steps and their list (the first
+    ``inspection.WORKFLOW_STEPS_SHOWN``, summarised by the counts beyond); actions retry its
+    failed steps (``WorkflowRun.retry_failed``) and cancel it (``WorkflowRun.cancel``)."""
+
+    list_display = (
+        "id",
+        "name",
+        "state_badge",
+        "steps",
+        "unfinished",
+        "failed",
+        "created_at",
+        "finalized_at",
+    )
+    list_filter = ("state",)
+    search_fields = ("=id", "name")
+    ordering = ("-id",)
+    sortable_by = ("id",)
+    actions = ("retry_failed_steps", "cancel_workflows")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        return (
+            (
+                None,
+                {
+                    "fields": (
+                        ("id", "name", "state_badge"),
+                        ("steps", "unfinished", "failed", "retention_display"),
+                        ("created_at", "finalized_at"),
+                    )
+                },
+            ),
+            (_("Graph"), {"fields": ("graph",)}),
+            (_("Steps"), {"fields": ("steps_table",)}),
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the cleaner deletes a workflow with its jobs, past its retention
+
+    def _shown_steps(self, run: WorkflowRun) -> list[inspection.StepRow]:
+        """Its first steps, read once for the graph and the list."""
+        shown: list[inspection.StepRow] | None = getattr(run, "eddyq_steps", None)
+        if shown is None:
+            shown = inspection.workflow_steps(run.pk)
+            run.eddyq_steps = shown  # type: ignore[attr-defined]
+        return shown
+
+    def _summary(self, run: WorkflowRun, shown: int) -> str:
+        if run.steps <= shown:
+            return ""
+        return str(
+            _(
+                "The first %(shown)d of its %(steps)d steps; of them all, %(unfinished)d have "
+                "not ended and %(failed)d failed or were cancelled."
+            )
+            % {
+                "shown": shown,
+                "steps": run.steps,
+                "unfinished": run.unfinished,
+                "failed": run.failed,
+            }
+        )
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, run: WorkflowRun) -> SafeString:
+        return _badge(run.state, run.get_state_display())
+
+    @admin.display(description=_("retention"))
+    def retention_display(self, run: WorkflowRun) -> str:
+        if run.retention is None:
+            return str(_("forever"))
+        return format_duration(timedelta(seconds=run.retention))
+
+    @admin.display(description=_("graph"))
+    def graph(self, run: WorkflowRun) -> SafeString:
+        steps = self._shown_steps(run)
+        drawn = workflow_graph(
+            [
+                GraphStep(
+                    step.job_id,
+                    step.name,
+                    step.state,
+                    reverse("admin:django_eddyq_job_change", args=[step.job_id]),
+                    step.after,
+                )
+                for step in steps
+            ],
+            str(_("The steps of workflow %(name)s") % {"name": run.name}),
+        )
+        summary = self._summary(run, len(steps))
+        return format_html(
+            '<div class="eddyq-graph-box">{}</div>{}',
+            drawn,
+            format_html("<p>{}</p>", summary) if summary else "",
+        )
+
+    @admin.display(description=_("steps"))
+    def steps_table(self, run: WorkflowRun) -> SafeString:
+        steps = self._shown_steps(run)
+        rows = format_html_join(
+            "",
+            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>',
+            (
+                (
+                    reverse("admin:django_eddyq_job_change", args=[step.job_id]),
+                    step.name,
+                    _badge(step.state, step.state),
+                    f"{step.attempt} / {step.max_attempts}",
+                    "" if step.seconds is None else f"{step.seconds:.3f} s",
+                )
+                for step in steps
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr></thead>"
+            "<tbody>{}</tbody></table>{}",
+            _("step"),
+            _("state"),
+            _("attempts"),
+            _("duration"),
+            rows,
+            format_html("<p>{}</p>", summary)
+            if (summary := self._summary(run, len(steps)))
+            else "",
+        )
+
+    @admin.action(permissions=["change"], description=_("Retry the failed steps"))
+    def retry_failed_steps(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
+        for run in queryset:
+            retried = run.retry_failed()
+            self.log_change(request, run, f"Retried {retried} failed or cancelled steps")
+            self.message_user(
+                request,
+                ngettext(
+                    "Workflow %(name)s: %(count)d step retried.",
+                    "Workflow %(name)s: %(count)d steps retried.",
+                    retried,
+                )
+                % {"name": run.name, "count": retried},
+            )
+
+    @admin.action(permissions=["change"], description=_("Cancel the workflows"))
+    def cancel_workflows(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
+        for run in queryset:
+            cancelled = run.cancel()
+            self.log_change(request, run, f"Cancelled {cancelled} unfinished steps")
+            self.message_user(
+                request,
+                ngettext(
+                    "Workflow %(name)s: %(count)d step cancelled.",
+                    "Workflow %(name)s: %(count)d steps cancelled.",
+                    cancelled,
+                )
+                % {"name": run.name, "count": cancelled},
+            )
 
 
 # Batches.

@@ -269,3 +269,73 @@ def activity_charts(
             label_format=label_format,
         ),
     )
+
+
+# A workflow's graph: its steps as boxes in columns by depth (a step one column right of the
+# deepest step it depends on), its dependencies as lines from left to right.
+NODE_WIDTH, NODE_HEIGHT, COLUMN_GAP, ROW_GAP, MARGIN = 150, 26, 40, 10, 8
+#: A step's name is cut to this many characters in its box (the whole name is its tooltip).
+NODE_LABEL = 20
+
+
+def workflow_graph(steps: Sequence[GraphStep], title: str) -> SafeString:
+    """The steps and their dependencies (only among ``steps``) as an inline SVG image."""
+    depth: dict[int, int] = {}
+    for step in steps:  # in the order added: a step's dependencies come before it
+        depth[step.job_id] = 1 + max((depth.get(up, -1) for up in step.after), default=-1)
+    columns: dict[int, list[GraphStep]] = {}
+    for step in steps:
+        columns.setdefault(depth[step.job_id], []).append(step)
+    place: dict[int, tuple[float, float]] = {}
+    for column, members in columns.items():
+        for row, step in enumerate(members):
+            place[step.job_id] = (
+                MARGIN + column * (NODE_WIDTH + COLUMN_GAP),
+                MARGIN + row * (NODE_HEIGHT + ROW_GAP),
+            )
+    width = MARGIN * 2 + len(columns) * (NODE_WIDTH + COLUMN_GAP) - COLUMN_GAP
+    rows = max((len(members) for members in columns.values()), default=0)
+    height = MARGIN * 2 + rows * (NODE_HEIGHT + ROW_GAP) - ROW_GAP
+    middle = NODE_HEIGHT / 2
+    edges = []
+    for step in steps:
+        x2, y2 = place[step.job_id]
+        for up in step.after:
+            if up in place:
+                x1, y1 = place[up]
+                edges.append(
+                    f'<line class="eddyq-graph-edge" x1="{x1 + NODE_WIDTH:.0f}" '
+                    f'y1="{y1 + middle:.0f}" x2="{x2:.0f}" y2="{y2 + middle:.0f}"/>'
+                )
+    nodes = []
+    for step in steps:
+        x, y = place[step.job_id]
+        label = step.name if len(step.name) <= NODE_LABEL else step.name[: NODE_LABEL - 1] + "…"
+        nodes.append(
+            f'<a href="{escape(step.url)}">'
+            f'<g class="eddyq-graph-node eddyq-state-{escape(step.state)}">'
+            f"<title>{escape(step.name)}: {escape(step.state)}</title>"
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{NODE_WIDTH}" height="{NODE_HEIGHT}" rx="5"/>'
+            f'<text x="{x + 8:.0f}" y="{y + middle + 4:.0f}">{escape(label)}</text></g></a>'
+        )
+    description = _(
+        "%(steps)d steps in %(columns)d columns, each after the steps it depends on"
+    ) % {"steps": len(steps), "columns": len(columns)}
+    return mark_safe(  # every text above is escaped
+        f'<svg class="eddyq-graph" role="img" aria-labelledby="eddyq-graph-title eddyq-graph-desc"'
+        f' width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+        f'<title id="eddyq-graph-title">{escape(title)}</title>'
+        f'<desc id="eddyq-graph-desc">{escape(description)}</desc>'
+        f"{''.join(edges)}{''.join(nodes)}</svg>"
+    )
+
+
+@dataclass(frozen=True)
+class GraphStep:
+    """A step as the graph draws it."""
+
+    job_id: int
+    name: str
+    state: str
+    url: str
+    after: tuple[int, ...]

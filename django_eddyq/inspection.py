@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 from django_eddyq import sql
 from django_eddyq.conf import eddyq_settings
 from django_eddyq.election import ELECTION
-from django_eddyq.models import Job, Leader, Queue, WorkerProcess
+from django_eddyq.models import Job, Leader, Queue, WorkerProcess, WorkflowEdge, WorkflowStep
 from django_eddyq.retention import Retention, job_expiries
 from django_eddyq.vocabulary import TERMINAL_STATES
 
@@ -412,3 +412,70 @@ class Overview:
         if row is None:
             return None
         return LeaderStatus(*row)
+
+
+#: A workflow's page lists and draws at most this many of its steps.
+WORKFLOW_STEPS_SHOWN = 200
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """A step on its workflow's page: its job's state, attempts and run time."""
+
+    job_id: int
+    name: str
+    state: str
+    attempt: int
+    max_attempts: int
+    seconds: float | None  # its last attempt's start to its end; None until it has ended
+    after: tuple[int, ...]  # the job ids of the shown steps it depends on
+
+
+def workflow_steps(
+    workflow_id: int, limit: int = WORKFLOW_STEPS_SHOWN, using: str | None = None
+) -> list[StepRow]:
+    """The first ``limit`` steps of a workflow (in the order they were added), with the edges
+    among them: two index reads, of ``limit`` steps and their edges."""
+    alias = using or eddyq_settings.DATABASE
+    steps = list(
+        WorkflowStep.objects.using(alias)
+        .filter(workflow_id=workflow_id)
+        .order_by("job_id")
+        .values_list("job_id", "name")[:limit]
+    )
+    ids = [job_id for job_id, _name in steps]
+    jobs = {
+        row[0]: row[1:]
+        for row in Job.all_objects.using(alias)
+        .filter(pk__in=ids)
+        .values_list("id", "state", "attempt", "max_attempts", "attempted_at", "finalized_at")
+    }
+    after: dict[int, list[int]] = {}
+    for upstream, downstream in (
+        WorkflowEdge.objects.using(alias)
+        .filter(downstream_id__in=ids, upstream_id__in=ids)
+        .values_list("upstream_id", "downstream_id")
+    ):
+        after.setdefault(downstream, []).append(upstream)
+    rows = []
+    for job_id, name in steps:
+        state, attempt, max_attempts, attempted_at, finalized_at = jobs.get(
+            job_id, ("deleted", 0, 0, None, None)
+        )
+        seconds = (
+            (finalized_at - attempted_at).total_seconds()
+            if finalized_at is not None and attempted_at is not None
+            else None
+        )
+        rows.append(
+            StepRow(
+                job_id,
+                name,
+                state,
+                attempt,
+                max_attempts,
+                seconds,
+                tuple(sorted(after.get(job_id, ()))),
+            )
+        )
+    return rows

@@ -91,6 +91,7 @@ READ_TIMEOUT = 2.0
 # The states read together, and how many rows of them the statement reads at most.
 _SAMPLED_GROUPS: tuple[tuple[tuple[str, ...], int], ...] = (
     ((JobState.RUNNING.value,), COUNT_LIMIT),
+    ((JobState.PENDING.value,), COUNT_LIMIT),  # workflows' steps waiting for others
     (WAITING_STATES, COUNT_LIMIT),
     *(((state,), TERMINAL_SAMPLE) for state in TERMINAL_STATES),
 )

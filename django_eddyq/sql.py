@@ -1424,60 +1424,69 @@ _GROWN_WORKFLOW = """UPDATE eddyq_workflows
 
 # The steps (an element of each array per step) and their dependencies (an element of each
 # edge_ array per edge: the upstream by its position among the steps, or, already stored, by its
-# job id) in one statement. Ids are drawn first, so that edges can name them. A step with
-# dependencies left to wait on is 'pending'. Its jobs are kept while the workflow runs (a
-# dependent may still read a result); the workflow's end sets when they expire.
+# job id) in one statement. Ids are drawn first, into an array that edges index by position: no
+# join of the steps with themselves, whose estimate (the planner knows nothing of a CTE's
+# positions) would cost a large graph a second of JIT compilation for milliseconds of work.
+# A step with dependencies left to wait on is 'pending'. Its jobs are kept while the workflow
+# runs (a dependent may still read a result); the workflow's end sets when they expire. Returns
+# the workflow's id and the steps' job ids in their order (none if the workflow has ended).
 _INSERT_STEPS = """
 WITH workflow AS (
     {workflow}
+), drawn AS (
+    SELECT array_agg(nextval('eddyq_jobs_id_seq') ORDER BY position) AS ids
+    FROM generate_series(1, %(count)s) AS position
+    WHERE EXISTS (SELECT FROM workflow)
 ), input AS (
-    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+    SELECT input.*, drawn.ids[input.position] AS id,
            COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
-        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[]
+        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[],
+        %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
-        waiting, position
+        waiting, limit_key, position
     )
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 ){touch_queues}, inserted AS (
     INSERT INTO eddyq_jobs (
         id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata
+        errors, retention, metadata, limit_key
     )
     SELECT input.id, task, args, kwargs, queue, priority,
            CASE WHEN waiting > 0 THEN 'pending'
                 WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
            0, max_attempts, due_at, now(), '[]'::jsonb,
            '{{"completed": null, "failed": null, "cancelled": null}}'::jsonb,
-           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
+           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name),
+           limit_key
     FROM input CROSS JOIN workflow
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    RETURNING state, queue
 ), steps AS (
     INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
     SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
 ), edges AS (
     INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
-    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    SELECT COALESCE(drawn.ids[edge.upstream_position], edge.upstream_job),
+           drawn.ids[edge.downstream_position], edge.ignore_failure
     FROM unnest(
         %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
         %(edge_ignore)s::boolean[]
     ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
-    JOIN input AS downstream ON downstream.position = edge.downstream_position
-    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
-    WHERE EXISTS (SELECT FROM workflow)
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
-SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
-       inserted.created_at, (
+SELECT workflow.id, drawn.ids, (
     SELECT count(pg_notify('eddyq_jobs', queue))
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-FROM inserted JOIN input ON input.id = inserted.id
-ORDER BY input.position
+FROM workflow CROSS JOIN drawn
 """
 
 INSERT_WORKFLOW = _INSERT_STEPS.format(workflow=_NEW_WORKFLOW, touch_queues=_TOUCH_QUEUES)
@@ -1494,20 +1503,25 @@ FOR SHARE
 """
 
 # The steps among %(ids)s whose jobs have just ended, marked ended: once, whichever path ended
-# them (a worker's finish, the rescuer, a cancel), however often this is sent for them.
+# them (a worker's finish, the rescuer, a cancel), however often this is sent for them. Each
+# job's state is read by its id (a subquery per step): as a join, the planner, its statistics
+# taken before a burst of completions, walked every ended job by state, O(the table) a pass.
 END_STEPS = """
 WITH locked AS (
     SELECT job_id FROM eddyq_workflow_steps
     WHERE job_id = ANY(%(ids)s::bigint[]) AND ended_state IS NULL
     ORDER BY job_id
     FOR UPDATE
+), ended AS (
+    SELECT locked.job_id,
+           (SELECT job.state FROM eddyq_jobs AS job WHERE job.id = locked.job_id) AS state
+    FROM locked
 )
 UPDATE eddyq_workflow_steps AS step
-SET ended_state = job.state
-FROM locked, eddyq_jobs AS job
-WHERE step.job_id = locked.job_id
-  AND job.id = step.job_id
-  AND job.state IN ('completed', 'failed', 'cancelled')
+SET ended_state = ended.state
+FROM ended
+WHERE step.job_id = ended.job_id
+  AND ended.state IN ('completed', 'failed', 'cancelled')
 RETURNING step.job_id, step.workflow_id, step.ended_state
 """
 
@@ -1605,7 +1619,8 @@ FROM released
 # %(failed)s of them failed or cancelled: their counts, and their state once the last step has
 # ended (or again when a retry reopens one). A workflow that ends sets each of its jobs'
 # retention to expire with it, RETENTION seconds after it ended; one reopened keeps them again.
-# O(its steps), once per workflow's end.
+# O(its steps), once per workflow's end. The workflows are found by their ids as given (ANY):
+# matched against the CTE, the planner scanned the whole table at every pass.
 WORKFLOW_PROGRESS = """
 WITH change AS (
     SELECT workflow_id, sum(finished)::integer AS finished, sum(failed)::integer AS failed
@@ -1614,7 +1629,7 @@ WITH change AS (
     GROUP BY workflow_id
 ), locked AS (
     SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
-    WHERE id IN (SELECT workflow_id FROM change)
+    WHERE id = ANY(%(workflow_ids)s::bigint[])
     ORDER BY id
     FOR UPDATE
 ), progressed AS (
@@ -1630,7 +1645,7 @@ WITH change AS (
         finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
                             THEN COALESCE(workflow.finalized_at, now()) END
     FROM change JOIN locked ON locked.id = change.workflow_id
-    WHERE workflow.id = change.workflow_id
+    WHERE workflow.id = change.workflow_id AND workflow.id = ANY(%(workflow_ids)s::bigint[])
     RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
 ), kept AS (
     UPDATE eddyq_jobs AS job
@@ -1739,6 +1754,12 @@ ORDER BY job_id
 # After its steps were cancelled: the workflow says it was, unless it had completed.
 MARK_WORKFLOW_CANCELLED = """
 UPDATE eddyq_workflows SET state = 'cancelled' WHERE id = %(id)s AND state <> 'completed'
+"""
+
+# The step a job is, by its id (current_workflow()): its workflow and name, as its step row
+# says, never as the job's metadata does (a value in a row that anyone who writes jobs could set).
+CURRENT_STEP = """
+SELECT workflow_id, name FROM eddyq_workflow_steps WHERE job_id = %(job_id)s
 """
 
 # What a step reads: the results of the steps it depends on, and one step's by name.
@@ -1954,7 +1975,8 @@ ORDER BY queue
 #   and eddyq_jobs_keyed_claim_idx up to %(limit)s each (one more than what is counted
 #   exactly), index-only once vacuum has passed.
 # - 'sampled': the other states' jobs per queue and state, from at most %(limit)s running jobs
-#   (eddyq_jobs_lease_idx), %(limit)s scheduled or retryable ones, the soonest due
+#   (eddyq_jobs_lease_idx), %(limit)s pending ones (workflows' steps waiting for others,
+#   eddyq_jobs_pending_idx), %(limit)s scheduled or retryable ones, the soonest due
 #   (eddyq_jobs_due_idx), and %(sample)s of each terminal state, the latest finalized
 #   (eddyq_jobs_finalized_idx): exact counts while a state has fewer, else its split by queue.
 #   Each read follows its partial index in the index's order, which the ORDER BY asks for: with a
@@ -1972,6 +1994,9 @@ WITH queues AS MATERIALIZED (
 ), sampled AS (
     (SELECT queue, state FROM eddyq_jobs WHERE state = 'running'
      ORDER BY locked_until LIMIT %(limit)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'pending'
+     ORDER BY id LIMIT %(limit)s)
     UNION ALL
     (SELECT queue, state FROM eddyq_jobs WHERE state IN ('scheduled', 'retryable')
      ORDER BY run_at LIMIT %(limit)s)

@@ -41,7 +41,7 @@ from django_eddyq.worker.execution import (
     malformed,
     returned,
 )
-from django_eddyq.worker.passes import Pass, run_pass
+from django_eddyq.worker.passes import KeyedTasks, Pass, run_pass
 
 # How many jobs a round of run_jobs() claims at once, and how many rounds it runs at most (a
 # task that always enqueues another would run forever).
@@ -98,13 +98,19 @@ def run_jobs(
 
 
 def _pass(planned: Pass) -> list[ClaimedJob]:
-    """Run ``planned`` on Django's connection to the queue's database; what it claimed."""
+    """Run ``planned`` on Django's connection to the queue's database; what it claimed. Its
+    claim keeps to the flow-control limits as a worker's does: a job of a limited queue or key
+    runs when its limit has room, in this round or a later one."""
+    connection = connections[eddyq_settings.DATABASE].connection
+    limited = [name for (name,) in connection.execute(sql.LIMITED_QUEUES).fetchall()]
     return run_pass(
-        connections[eddyq_settings.DATABASE].connection,
+        connection,
         planned,
         worker_id=testing_worker_id(),
         lease_seconds=eddyq_settings.STALE_AFTER.total_seconds(),
         queues=None,
+        limited=limited,
+        keyed=KeyedTasks.declared(),
     ).claimed
 
 

@@ -162,12 +162,13 @@ class Workflow:
                 statement = sql.ADD_WORKFLOW_STEPS
                 params["workflow_id"] = self.id
             cursor.execute(statement, params)
-            rows = cursor.fetchall()
-        if len(rows) != len(ordered):
+            stored = cursor.fetchone()
+        if stored is None:
             raise InvalidWorkflow(f"workflow {self.name!r} has ended: it takes no more steps")
-        for step, row in zip(ordered, rows, strict=True):
-            step.job_id = row[1]
-        self.id = rows[0][0]
+        workflow_id, job_ids, _notified = stored
+        for step, job_id in zip(ordered, job_ids, strict=True):
+            step.job_id = job_id
+        self.id = workflow_id
         return self
 
     def _lock_stored(self, cursor: Any, ordered: Sequence[Step]) -> dict[int, str | None]:
@@ -260,6 +261,7 @@ def _parameters(ordered: Sequence[Step], ended: dict[int, str | None]) -> dict[s
         "metadatas": [Jsonb(normalize_json(spec.metadata, where="metadata")) for spec in specs],
         "names": [step.name for step in ordered],
         "waiting": waiting,
+        "limit_keys": [spec.limit_key for spec in specs],
         "edge_from": edge_from,
         "edge_from_jobs": edge_from_jobs,
         "edge_to": edge_to,
@@ -362,13 +364,20 @@ def _json(value: Any) -> Any:
 
 
 def current_workflow() -> WorkflowContext | None:
-    """The workflow of the step the calling handler runs for; None outside a workflow's step."""
+    """The workflow of the step the calling handler runs for; None outside a workflow's step.
+
+    Which workflow, and which step, is read from the step's row, by the job's id: the keys its
+    workflow wrote in the job's metadata only say whether to look, so that a job whose metadata
+    was written otherwise reads no other workflow's results and adds no step to it."""
     job = current_job()
-    if job is None:
+    if job is None or "workflow" not in job.metadata:
         return None
-    workflow_id, step = job.metadata.get("workflow"), job.metadata.get("workflow_step")
-    if type(workflow_id) is not int or not isinstance(step, str):
+    with connections[eddyq_settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql.CURRENT_STEP, {"job_id": job.id})
+        row = cursor.fetchone()
+    if row is None:
         return None
+    workflow_id, step = row
     return WorkflowContext(workflow_id, step, job.id)
 
 

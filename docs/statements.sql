@@ -2048,17 +2048,24 @@ WITH workflow AS (
     )
     VALUES (%(name)s, 'running', %(retention)s, %(count)s, %(count)s, 0, now())
     RETURNING id
+), drawn AS (
+    SELECT array_agg(nextval('eddyq_jobs_id_seq') ORDER BY position) AS ids
+    FROM generate_series(1, %(count)s) AS position
+    WHERE EXISTS (SELECT FROM workflow)
 ), input AS (
-    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+    SELECT input.*, drawn.ids[input.position] AS id,
            COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
-        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[]
+        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[],
+        %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
-        waiting, position
+        waiting, limit_key, position
     )
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
 , created_queues AS (
     INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
@@ -2075,40 +2082,39 @@ WITH workflow AS (
 , inserted AS (
     INSERT INTO eddyq_jobs (
         id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata
+        errors, retention, metadata, limit_key
     )
     SELECT input.id, task, args, kwargs, queue, priority,
            CASE WHEN waiting > 0 THEN 'pending'
                 WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
            0, max_attempts, due_at, now(), '[]'::jsonb,
            '{"completed": null, "failed": null, "cancelled": null}'::jsonb,
-           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
+           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name),
+           limit_key
     FROM input CROSS JOIN workflow
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    RETURNING state, queue
 ), steps AS (
     INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
     SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
 ), edges AS (
     INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
-    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    SELECT COALESCE(drawn.ids[edge.upstream_position], edge.upstream_job),
+           drawn.ids[edge.downstream_position], edge.ignore_failure
     FROM unnest(
         %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
         %(edge_ignore)s::boolean[]
     ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
-    JOIN input AS downstream ON downstream.position = edge.downstream_position
-    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
-    WHERE EXISTS (SELECT FROM workflow)
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
-SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
-       inserted.created_at, (
+SELECT workflow.id, drawn.ids, (
     SELECT count(pg_notify('eddyq_jobs', queue))
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-FROM inserted JOIN input ON input.id = inserted.id
-ORDER BY input.position
+FROM workflow CROSS JOIN drawn
 
 -- sql.ADD_WORKFLOW_STEPS
 WITH workflow AS (
@@ -2116,17 +2122,24 @@ WITH workflow AS (
     SET steps = steps + %(count)s, unfinished = unfinished + %(count)s
     WHERE id = %(workflow_id)s AND finalized_at IS NULL
     RETURNING id
+), drawn AS (
+    SELECT array_agg(nextval('eddyq_jobs_id_seq') ORDER BY position) AS ids
+    FROM generate_series(1, %(count)s) AS position
+    WHERE EXISTS (SELECT FROM workflow)
 ), input AS (
-    SELECT input.*, nextval('eddyq_jobs_id_seq') AS id,
+    SELECT input.*, drawn.ids[input.position] AS id,
            COALESCE(given_run_at, now() + make_interval(secs => delay)) AS due_at
     FROM unnest(
         %(tasks)s::text[], %(args)s::jsonb[], %(kwargs)s::jsonb[], %(queues)s::text[],
         %(priorities)s::smallint[], %(max_attempts)s::integer[], %(run_ats)s::timestamptz[],
-        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[]
+        %(delays)s::float8[], %(metadatas)s::jsonb[], %(names)s::text[], %(waiting)s::integer[],
+        %(limit_keys)s::text[]
     ) WITH ORDINALITY AS input(
         task, args, kwargs, queue, priority, max_attempts, given_run_at, delay, metadata, name,
-        waiting, position
+        waiting, limit_key, position
     )
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
 , created_queues AS (
     INSERT INTO eddyq_queues (name, created_at, updated_at, metadata)
@@ -2143,40 +2156,39 @@ WITH workflow AS (
 , inserted AS (
     INSERT INTO eddyq_jobs (
         id, task, args, kwargs, queue, priority, state, attempt, max_attempts, run_at, created_at,
-        errors, retention, metadata
+        errors, retention, metadata, limit_key
     )
     SELECT input.id, task, args, kwargs, queue, priority,
            CASE WHEN waiting > 0 THEN 'pending'
                 WHEN due_at > now() THEN 'scheduled' ELSE 'available' END,
            0, max_attempts, due_at, now(), '[]'::jsonb,
            '{"completed": null, "failed": null, "cancelled": null}'::jsonb,
-           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name)
+           metadata || jsonb_build_object('workflow', workflow.id, 'workflow_step', input.name),
+           limit_key
     FROM input CROSS JOIN workflow
     ORDER BY position
-    RETURNING id, state, run_at, created_at, queue
+    RETURNING state, queue
 ), steps AS (
     INSERT INTO eddyq_workflow_steps (job_id, workflow_id, name, waiting_on)
     SELECT input.id, workflow.id, input.name, input.waiting FROM input CROSS JOIN workflow
 ), edges AS (
     INSERT INTO eddyq_workflow_edges (upstream_id, downstream_id, ignore_failure)
-    SELECT COALESCE(upstream.id, edge.upstream_job), downstream.id, edge.ignore_failure
+    SELECT COALESCE(drawn.ids[edge.upstream_position], edge.upstream_job),
+           drawn.ids[edge.downstream_position], edge.ignore_failure
     FROM unnest(
         %(edge_from)s::integer[], %(edge_from_jobs)s::bigint[], %(edge_to)s::integer[],
         %(edge_ignore)s::boolean[]
     ) AS edge(upstream_position, upstream_job, downstream_position, ignore_failure)
-    JOIN input AS downstream ON downstream.position = edge.downstream_position
-    LEFT JOIN input AS upstream ON upstream.position = edge.upstream_position
-    WHERE EXISTS (SELECT FROM workflow)
+    CROSS JOIN drawn
+    WHERE drawn.ids IS NOT NULL
 )
-SELECT (SELECT id FROM workflow), inserted.id, inserted.state, inserted.run_at,
-       inserted.created_at, (
+SELECT workflow.id, drawn.ids, (
     SELECT count(pg_notify('eddyq_jobs', queue))
            + (SELECT count(pg_notify('eddyq_scheduled', ''))
               FROM (SELECT FROM inserted WHERE state = 'scheduled' LIMIT 1) AS waiting)
     FROM (SELECT DISTINCT queue FROM inserted WHERE state = 'available') AS woken
 )
-FROM inserted JOIN input ON input.id = inserted.id
-ORDER BY input.position
+FROM workflow CROSS JOIN drawn
 
 -- sql.LOCK_UPSTREAM_STEPS
 SELECT job_id, name, ended_state FROM eddyq_workflow_steps
@@ -2190,13 +2202,16 @@ WITH locked AS (
     WHERE job_id = ANY(%(ids)s::bigint[]) AND ended_state IS NULL
     ORDER BY job_id
     FOR UPDATE
+), ended AS (
+    SELECT locked.job_id,
+           (SELECT job.state FROM eddyq_jobs AS job WHERE job.id = locked.job_id) AS state
+    FROM locked
 )
 UPDATE eddyq_workflow_steps AS step
-SET ended_state = job.state
-FROM locked, eddyq_jobs AS job
-WHERE step.job_id = locked.job_id
-  AND job.id = step.job_id
-  AND job.state IN ('completed', 'failed', 'cancelled')
+SET ended_state = ended.state
+FROM ended
+WHERE step.job_id = ended.job_id
+  AND ended.state IN ('completed', 'failed', 'cancelled')
 RETURNING step.job_id, step.workflow_id, step.ended_state
 
 -- sql.CANCEL_DEPENDENTS
@@ -2287,7 +2302,7 @@ WITH change AS (
     GROUP BY workflow_id
 ), locked AS (
     SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
-    WHERE id IN (SELECT workflow_id FROM change)
+    WHERE id = ANY(%(workflow_ids)s::bigint[])
     ORDER BY id
     FOR UPDATE
 ), progressed AS (
@@ -2303,7 +2318,7 @@ WITH change AS (
         finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
                             THEN COALESCE(workflow.finalized_at, now()) END
     FROM change JOIN locked ON locked.id = change.workflow_id
-    WHERE workflow.id = change.workflow_id
+    WHERE workflow.id = change.workflow_id AND workflow.id = ANY(%(workflow_ids)s::bigint[])
     RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
 ), kept AS (
     UPDATE eddyq_jobs AS job
@@ -2396,6 +2411,9 @@ ORDER BY job_id
 
 -- sql.MARK_WORKFLOW_CANCELLED
 UPDATE eddyq_workflows SET state = 'cancelled' WHERE id = %(id)s AND state <> 'completed'
+
+-- sql.CURRENT_STEP
+SELECT workflow_id, name FROM eddyq_workflow_steps WHERE job_id = %(job_id)s
 
 -- sql.DEPENDENCY_RESULTS
 SELECT upstream.name, job.state, job.result
@@ -2549,6 +2567,9 @@ WITH queues AS MATERIALIZED (
 ), sampled AS (
     (SELECT queue, state FROM eddyq_jobs WHERE state = 'running'
      ORDER BY locked_until LIMIT %(limit)s)
+    UNION ALL
+    (SELECT queue, state FROM eddyq_jobs WHERE state = 'pending'
+     ORDER BY id LIMIT %(limit)s)
     UNION ALL
     (SELECT queue, state FROM eddyq_jobs WHERE state IN ('scheduled', 'retryable')
      ORDER BY run_at LIMIT %(limit)s)

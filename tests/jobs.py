@@ -516,3 +516,19 @@ def atomic_writes(label: str, then: str = "returns") -> str:
         with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
             cursor.execute("SELECT * FROM no_such_table")
     return label
+
+
+@task
+def workflow_probe(name: str) -> dict[str, Any]:
+    """What ``current_workflow()`` tells a handler: its workflow and step, and the result of
+    the step ``name`` of that workflow (or why there is none)."""
+    from django_eddyq import current_workflow
+
+    workflow = current_workflow()
+    if workflow is None:
+        return {"workflow": None}
+    try:
+        read: Any = workflow.result(name)
+    except LookupError as error:
+        read = str(error)
+    return {"workflow": workflow.id, "step": workflow.step, "read": read}

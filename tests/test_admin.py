@@ -838,9 +838,11 @@ def test_overview_counts_per_state_and_queue(superuser: Client) -> None:
     JobFactory(queue="emails")
     JobFactory(queue="emails")
     JobFactory(state="running", locked_until=timezone.now() - timedelta(seconds=5))
+    JobFactory(state="pending")  # a workflow's step waiting for others
     overview = superuser.get(JOBS).context["eddyq_overview"]
     counts = {item.state: str(item.count) for item in overview.states}
     assert counts == {
+        "pending": "1",
         "scheduled": "0",
         "available": "2",
         "running": "1",

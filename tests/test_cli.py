@@ -70,6 +70,7 @@ def test_status_of_a_healthy_queue(eddyq: Any) -> None:
         queue="emails", state=Job.State.SCHEDULED, run_at=timezone.now() + timedelta(hours=1)
     )
     JobFactory(failed=True)
+    JobFactory(state=Job.State.PENDING)  # a workflow's step waiting for others
     # Enqueues keep a row per queue; the factories do not.
     for name in ("default", "emails"):
         QueueFactory(name=name)
@@ -81,11 +82,12 @@ def test_status_of_a_healthy_queue(eddyq: Any) -> None:
     lines = result.stdout.splitlines()
     header = next(line for line in lines if line.startswith("QUEUE"))
     assert header.split() == [
-        "QUEUE", "PAUSED", "AVAILABLE", "SCHEDULED", "RUNNING", "RETRYABLE", "COMPLETED",
-        "FAILED", "CANCELLED", "OLDEST", "DUE", "COMPLETED", "1/5/15M", "FAILED", "1/5/15M",
+        "QUEUE", "PAUSED", "PENDING", "AVAILABLE", "SCHEDULED", "RUNNING", "RETRYABLE",
+        "COMPLETED", "FAILED", "CANCELLED", "OLDEST", "DUE", "COMPLETED", "1/5/15M", "FAILED",
+        "1/5/15M",
     ]  # fmt: skip
     default = next(line for line in lines if line.startswith("default"))
-    assert default.split()[:9] == ["default", "no", "3", "0", "0", "0", "0", "1", "0"]
+    assert default.split()[:10] == ["default", "no", "1", "3", "0", "0", "0", "0", "1", "0"]
     assert next(line for line in lines if line.startswith("reports")).split()[1] == "yes"
     assert "Leader: web-1:11:abc" in result.stdout and "(active)" in result.stdout
     assert "Workers: 1 running, 0 lost, 0 stopped" in result.stdout

@@ -217,3 +217,69 @@ def test_the_job_ids_come_from_the_sequence_large_enqueues_reserve_from() -> Non
         cursor.execute("SELECT pg_get_serial_sequence('eddyq_jobs', 'id')::regclass::text")
         (sequence,) = cursor.fetchone()
     assert f"nextval('{sequence}')" in sql.RESERVE_JOB_IDS
+
+
+# Workflows: what a pass that ends steps sends after its finish (steps.settle_ended).
+
+
+def keyed_plan(statement: str, params: dict[str, Any]) -> str:
+    """The plan of ``statement`` with sequential scans off: what is read by key at any size is
+    read so here, on small tables."""
+    raw_connection = connection.connection
+    with psycopg.Cursor(raw_connection) as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET enable_seqscan")
+
+
+@pytest.fixture
+def chains_half_done() -> list[int]:
+    """Two hundred chains of three steps analyzed before any ended; then the first step of
+    each completed (as a burst of completions leaves the statistics behind). Their ids."""
+    from django_eddyq import chain
+
+    workflows = [chain(*(jobs.workflow_step.s(str(n)) for n in range(3))) for _ in range(200)]
+    for workflow in workflows:
+        workflow.enqueue()
+    with connection.cursor() as cursor:
+        for table in ("eddyq_jobs", "eddyq_workflows", "eddyq_workflow_steps"):
+            cursor.execute(f"ANALYZE {table}")
+        first = [workflow.steps[0].job_id for workflow in workflows]
+        cursor.execute(
+            "UPDATE eddyq_jobs SET state = 'completed', finalized_at = now() WHERE id = ANY(%s)",
+            [first],
+        )
+    return [workflow.id for workflow in workflows if workflow.id is not None]
+
+
+def test_ending_steps_reads_each_job_by_its_id(chains_half_done: list[int]) -> None:
+    from django_eddyq.models import WorkflowStep
+
+    ids = list(
+        WorkflowStep.objects.filter(name="workflow_step").values_list("job_id", flat=True)[:10]
+    )
+    found = keyed_plan(sql.END_STEPS, {"ids": ids})
+    assert "Index Cond: (id = locked.job_id)" in found, found
+    assert "eddyq_jobs_finalized_idx" not in found, found
+
+
+def test_counting_ended_steps_reads_each_workflow_by_its_id(chains_half_done: list[int]) -> None:
+    ten = chains_half_done[:10]
+    found = keyed_plan(
+        sql.WORKFLOW_PROGRESS, {"workflow_ids": ten, "finished": [1] * 10, "failed": [0] * 10}
+    )
+    assert found.count("Index Cond: (id = ANY (") == 2, found
+
+
+def test_releasing_dependents_reads_edges_and_steps_by_key(chains_half_done: list[int]) -> None:
+    from django_eddyq.models import WorkflowStep
+
+    ids = list(
+        WorkflowStep.objects.filter(name="workflow_step").values_list("job_id", flat=True)[:10]
+    )
+    found = keyed_plan(sql.RELEASE_DEPENDENTS, {"ids": ids, "completed": [True] * 10})
+    assert "Index Cond: (upstream_id = ended.job_id)" in found, found
+    assert "Seq Scan" not in found, found

@@ -18,11 +18,12 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_eddyq import task
+from django_eddyq import set_queue_limits, task
 from django_eddyq.limits import MAX_KEY_LENGTH, Limits, Rate
 from django_eddyq.maintenance.queue_cleaner import QueueCleaner
 from django_eddyq.models import Job, RateBucket
 from django_eddyq.operations import set_queue_paused
+from django_eddyq.testing import run_jobs
 from django_eddyq.worker.passes import KeyedTasks, Pass, PassRunner, connect, run_pass
 from tests import jobs
 from tests.processes import StartWorker, wait_for
@@ -335,6 +336,17 @@ def test_concurrent_claimers_never_exceed_a_key_limit() -> None:
     assert not errors
     assert seen and max(seen) <= 2
     assert Job.objects.filter(state="completed").count() == 400
+
+
+def test_run_jobs_keeps_to_the_limits_and_runs_every_job() -> None:
+    """In tests, ``run_jobs`` claims as a worker does: a key's jobs one at a time, round after
+    round, until all have run."""
+    jobs.one_per_customer.enqueue_many([(0.0, key) for key in "AAB"])
+    set_queue_limits("limited", concurrency=1)
+    jobs.add.using(queue="limited").enqueue_many([(1, 2), (3, 4)])
+    ran = run_jobs()
+    assert len(ran) == 5
+    assert {job.state for job in ran} == {"completed"}
 
 
 # Real workers.

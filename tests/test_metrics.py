@@ -206,7 +206,13 @@ def test_gauges_count_jobs_per_queue_and_state_and_the_oldest_due_job_s_wait() -
     jobs.add.using(queue="mail").enqueue(1, 1)  # creates the queue row
     _job("mail", "available", run_at=now - timedelta(seconds=120), priority=-5)
     _job("mail", "available", run_at=now - timedelta(seconds=10), priority=5)
-    for state, count in [("running", 2), ("scheduled", 3), ("retryable", 1), ("completed", 4)]:
+    for state, count in [
+        ("pending", 2),
+        ("running", 2),
+        ("scheduled", 3),
+        ("retryable", 1),
+        ("completed", 4),
+    ]:
         for _ in range(count):
             _job("mail", state, run_at=now + timedelta(hours=1))
     _job("reports", "failed")
@@ -217,6 +223,7 @@ def test_gauges_count_jobs_per_queue_and_state_and_the_oldest_due_job_s_wait() -
     assert gauges.ok and gauges.error is None
     assert 0 < gauges.seconds < 5
     assert {state: gauges.jobs["mail", state] for state in Job.State.values} == {
+        "pending": 2,
         "scheduled": 3,
         "available": 3,
         "running": 2,

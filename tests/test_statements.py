@@ -211,6 +211,7 @@ def workflows() -> Rendered:
         "UNFINISHED_STEPS",
         "FAILED_STEPS",
         "MARK_WORKFLOW_CANCELLED",
+        "CURRENT_STEP",
         "DEPENDENCY_RESULTS",
         "STEP_RESULT",
         "DELETE_EXPIRED_WORKFLOWS",

@@ -16,6 +16,7 @@ from django_eddyq.exceptions import InvalidWorkflow
 from django_eddyq.maintenance import Cleaner
 from django_eddyq.models import Job, WorkflowEdge, WorkflowRun, WorkflowStep
 from django_eddyq.testing import run_jobs
+from django_eddyq.workflows import WorkflowContext
 from tests import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -237,3 +238,50 @@ def test_a_plain_job_is_no_step() -> None:
         cursor.execute("SELECT count(*) FROM eddyq_workflow_steps")
         assert cursor.fetchone() == (0,)
     assert Job.objects.get(pk=job.pk).state == "completed"
+
+
+def test_a_step_of_a_task_limited_per_key_keeps_its_key() -> None:
+    """Its limits hold as a step as they do for its other jobs: the keyed claim takes it."""
+    workflow = Workflow("keyed")
+    first = workflow.add(jobs.one_per_customer.s(0.0, "acme"))
+    workflow.add(jobs.one_per_customer.s(0.0, "acme"), after=[first])
+    workflow.enqueue()
+    keys = Job.objects.filter(task=jobs.one_per_customer.path).values_list("limit_key", flat=True)
+    assert list(keys) == ["acme", "acme"]
+    run_all()
+    assert set(states(workflow).values()) == {"completed"}
+
+
+def test_a_step_is_known_by_its_row_not_by_its_jobs_metadata() -> None:
+    """A row writer who points a job's metadata at another workflow reads none of its results:
+    the workflow and step a handler sees are its step row's, found by the job's id."""
+    secret = Workflow("secret")
+    secret.add(jobs.workflow_step.s("secret"), name="secret")
+    secret.enqueue()
+    run_all()
+    mine = Workflow("mine")
+    probe = mine.add(jobs.workflow_probe.s("secret"), name="probe")
+    mine.enqueue()
+    plain = jobs.workflow_probe.enqueue("secret")
+    forged = {"workflow": secret.id, "workflow_step": "secret"}
+    Job.objects.filter(pk__in=[probe.job_id, plain.pk]).update(metadata=forged)
+    run_all()
+    assert Job.objects.get(pk=plain.pk).result == {"workflow": None}
+    assert Job.objects.get(pk=probe.job_id).result == {
+        "workflow": mine.id,
+        "step": "probe",
+        "read": f"workflow {mine.id} has no step 'secret'",
+    }
+
+
+def test_an_ended_workflow_takes_no_more_steps() -> None:
+    workflow = chain(jobs.workflow_step.s("a"), retention=None).enqueue()
+    run_all()
+    [step] = workflow.steps
+    assert step.job_id is not None and workflow.id is not None
+    late = WorkflowContext(workflow.id, step.name, step.job_id)
+    late.add(jobs.workflow_step.s("late"), after=[step.name])
+    with pytest.raises(InvalidWorkflow, match="has ended: it takes no more steps"):
+        late.enqueue()
+    assert Job.objects.count() == 1
+    assert WorkflowRun.objects.get(pk=workflow.id).steps == 1

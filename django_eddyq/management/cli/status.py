@@ -24,6 +24,7 @@ from django_eddyq.vocabulary import JobState
 
 #: The states a queue's row shows, in its columns' order.
 SHOWN_STATES = (
+    JobState.PENDING,
     JobState.AVAILABLE,
     JobState.SCHEDULED,
     JobState.RUNNING,
