@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from django_eddyq.maintenance.cleaner import Cleaner
 from django_eddyq.models import Batch, Job
+from django_eddyq.selection import in_states
 from tests.factories import BatchFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -187,6 +188,11 @@ def plan(queryset: Any) -> str:
     ],
 )
 def test_queries_by_state_can_use_their_partial_indexes(state: str, indexes: list[str]) -> None:
-    """The hiding condition must not stop a partial index's predicate from being proven."""
-    state_plan = plan(Job.objects.filter(state=state).order_by())
+    """The hiding condition must not stop a partial index's predicate from being proven. The
+    available jobs are asked of their two indexes (``selection.in_states``): the claim's, of the
+    jobs without a limit key, and the keyed claim's."""
+    state_plan = plan(Job.objects.filter(in_states([state])).order_by())
     assert any(index in state_plan for index in indexes), state_plan
+    if state == "available":
+        assert "eddyq_jobs_keyed" in state_plan, state_plan
+        assert "Seq Scan" not in state_plan, state_plan
