@@ -684,7 +684,7 @@ def test_workflow_retry_brings_the_cancelled_steps_back(eddyq: Any) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
         f"Retried 1 step of workflow {workflow.id} (nightly); the steps cancelled because of "
-        "them are pending again."
+        "it are pending again."
     )
     assert Job.objects.get(pk=load.job_id).state == "available"
     assert Job.objects.get(pk=report.job_id).state == "pending"

@@ -179,9 +179,10 @@ def steer(
         stderr.write(nothing)
     else:
         steps = f"{changed:,} step{'' if changed == 1 else 's'} of {_title(run)}"
+        cause = "it" if changed == 1 else "them"
         stdout.write(
-            f"Retried {steps}; the steps cancelled because of them are pending again."
+            f"Retried {steps}; the steps cancelled because of {cause} are pending again."
             if action == "retry"
-            else f"Cancelled {steps} (a running step is asked to stop)."
+            else f"Cancelled {steps}; running steps are asked to stop."
         )
     return OK if changed else NOTHING
