@@ -1096,8 +1096,9 @@ def _bulk_summary(operation: str, result: bulk.BulkResult) -> str:
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(EstimatingAdmin):
     """A workflow: its counts, a graph of its steps and their list (the first
-    ``inspection.WORKFLOW_STEPS_SHOWN``, summarised by the counts beyond); actions retry its
-    failed steps (``WorkflowRun.retry_failed``) and cancel it (``WorkflowRun.cancel``)."""
+    ``inspection.WORKFLOW_STEPS_SHOWN``, summarised by the counts beyond); actions, on the
+    list and as its page's buttons, retry its failed steps (``WorkflowRun.retry_failed``) and
+    cancel it (``WorkflowRun.cancel``)."""
 
     list_display = (
         "id",
@@ -1221,9 +1222,28 @@ class WorkflowRunAdmin(EstimatingAdmin):
             else "",
         )
 
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra_context = {
+            **(extra_context or {}),
+            "eddyq_can_change": self.has_change_permission(request),
+            "eddyq_changelist_url": reverse("admin:django_eddyq_workflowrun_changelist"),
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
     @admin.action(permissions=["change"], description=_("Retry the failed steps"))
-    def retry_failed_steps(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
-        for run in queryset:
+    def retry_failed_steps(
+        self, request: HttpRequest, queryset: models.QuerySet[Any]
+    ) -> HttpResponse | None:
+        runs = self.selected(request, queryset, ("id", "name"))
+        if runs is None:
+            return None
+        for run in runs:
             retried = run.retry_failed()
             self.log_change(request, run, f"Retried {retried} failed or cancelled steps")
             self.message_user(
@@ -1234,11 +1254,18 @@ class WorkflowRunAdmin(EstimatingAdmin):
                     retried,
                 )
                 % {"name": run.name, "count": retried},
+                messages.SUCCESS if retried else messages.WARNING,
             )
+        return _back_to_workflow(request, runs)
 
     @admin.action(permissions=["change"], description=_("Cancel the workflows"))
-    def cancel_workflows(self, request: HttpRequest, queryset: models.QuerySet[Any]) -> None:
-        for run in queryset:
+    def cancel_workflows(
+        self, request: HttpRequest, queryset: models.QuerySet[Any]
+    ) -> HttpResponse | None:
+        runs = self.selected(request, queryset, ("id", "name"))
+        if runs is None:
+            return None
+        for run in runs:
             cancelled = run.cancel()
             self.log_change(request, run, f"Cancelled {cancelled} unfinished steps")
             self.message_user(
@@ -1249,7 +1276,18 @@ class WorkflowRunAdmin(EstimatingAdmin):
                     cancelled,
                 )
                 % {"name": run.name, "count": cancelled},
+                messages.SUCCESS if cancelled else messages.WARNING,
             )
+        return _back_to_workflow(request, runs)
+
+
+def _back_to_workflow(request: HttpRequest, runs: Sequence[WorkflowRun]) -> HttpResponse | None:
+    """After an action started from a workflow's page, back to that page."""
+    if request.POST.get("_eddyq_from_workflow") and len(runs) == 1:
+        return HttpResponseRedirect(
+            reverse("admin:django_eddyq_workflowrun_change", args=[runs[0].pk])
+        )
+    return None
 
 
 # Batches.

@@ -2,9 +2,9 @@
 
 An operator's round: log in, filter the jobs to the failed ones, open one and read its
 traceback, retry it and see it leave the failed filter, pause a queue, limit one, find the lost
-workers and go from a job to the worker that ran it. The failed-jobs list is saved as a
-screenshot in ``docs/_screenshots_tmp/`` (git-ignored); with ``EDDYQ_DOCS_SCREENSHOTS=1`` it also
-replaces the one of docs/operators.md.
+workers, go from a job to the worker that ran it, and retry a failed workflow from its page.
+The failed-jobs list is saved as a screenshot in ``docs/_screenshots_tmp/`` (git-ignored); with
+``EDDYQ_DOCS_SCREENSHOTS=1`` it also replaces the one of docs/operators.md.
 
 Without chromium or Playwright these tests skip, except in CI (``CI`` set), where they fail:
 CI installs both.
@@ -24,8 +24,10 @@ from django.db.models.functions import Now
 from django.test import override_settings
 from django.utils import timezone
 
+from django_eddyq import Workflow
 from django_eddyq.election import ELECTION
 from django_eddyq.models import Job, Leader, PeriodicSchedule, Queue, WorkerProcess
+from django_eddyq.testing import run_jobs
 from tests import jobs as tasks
 from tests.factories import JobFactory, QueueFactory
 
@@ -464,3 +466,52 @@ def test_set_a_queues_limits(page: Any, live_server: Any, jobs: dict[str, Job]) 
     page.wait_for_selector(".errorlist")
     assert "is invalid" in page.locator(".form-row.field-rate .errorlist").inner_text()
     assert Queue.objects.get(name="emails").rate_limit == 10
+
+
+def test_retry_a_failed_workflow_from_its_page(page: Any, live_server: Any) -> None:
+    """A workflow whose middle step failed: its graph and steps drawn, the failed step retried
+    by the page's button, and the step it had cancelled back, waiting for it."""
+    workflow = Workflow("nightly import")
+    fetch = workflow.add(tasks.workflow_step.s("fetch"), name="fetch")
+    load = workflow.add(
+        tasks.workflow_step.using(max_attempts=1).s("load", fail=True), after=[fetch], name="load"
+    )
+    workflow.add(tasks.workflow_step.s("report"), after=[load], name="report")
+    workflow.enqueue()
+    for _ in range(3):
+        run_jobs()
+
+    def states() -> dict[str, str]:
+        rows = page.locator(".field-steps_table tbody tr")
+        return {
+            rows.nth(n).locator("td").nth(0).inner_text(): rows.nth(n)
+            .locator("td")
+            .nth(1)
+            .inner_text()
+            for n in range(rows.count())
+        }
+
+    page.goto(f"{live_server.url}/admin/django_eddyq/workflowrun/")
+    page.locator("#result_list").get_by_role("link", name=str(workflow.id), exact=True).click()
+    page.wait_for_url(f"**/workflowrun/{workflow.id}/change/")
+    graph = page.locator("svg.eddyq-graph")
+    assert graph.is_visible()
+    assert graph.locator("rect").count() == 3 and graph.locator("line").count() == 2
+    assert graph.locator(".eddyq-state-failed title").text_content() == "load: failed"
+    assert states() == {"fetch": "completed", "load": "failed", "report": "cancelled"}
+    assert page.get_by_role("button", name="Cancel workflow").count() == 0
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "admin-workflow.png"), full_page=True)
+
+    Job.objects.filter(pk=load.job_id).update(kwargs={"fail": False})  # the warehouse is back
+    page.get_by_role("button", name="Retry failed steps").click()
+    page.wait_for_selector(".messagelist .success")
+    assert "Workflow nightly import: 1 step retried." in page.locator(".messagelist").inner_text()
+    assert states() == {"fetch": "completed", "load": "available", "report": "pending"}
+    assert page.get_by_role("button", name="Cancel workflow").is_visible()
+
+    run_jobs()
+    run_jobs()
+    page.reload()
+    assert states() == {"fetch": "completed", "load": "completed", "report": "completed"}
+    assert page.locator(".fieldBox.field-state_badge .eddyq-state-completed").is_visible()

@@ -119,3 +119,82 @@ def test_the_job_page_links_to_its_workflow(admin_client: Client) -> None:
     plain = jobs.add.enqueue(1, 2)
     page = admin_client.get(reverse("admin:django_eddyq_job_change", args=[plain.pk])).content
     assert not re.search(rb"workflowrun/\d+/change", page)
+
+
+def test_the_workflow_page_has_buttons_that_retry_and_cancel(admin_client: Client) -> None:
+    workflow = failing_pipeline()
+    _fetch, load, report = workflow.steps
+    page = admin_client.get(workflow_url(workflow)).content.decode()
+    changelist = reverse("admin:django_eddyq_workflowrun_changelist")
+    # Failed, with nothing unfinished: it can be retried, there is nothing to cancel.
+    assert f'<form method="post" action="{changelist}" class="eddyq-page-action">' in page
+    assert 'name="csrfmiddlewaretoken"' in page
+    assert ">Retry failed steps</button>" in page and "Cancel workflow" not in page
+
+    Job.objects.filter(pk=load.job_id).update(kwargs={"fail": False})
+    csrf = Client(enforce_csrf_checks=True)
+    csrf.force_login(User.objects.get(is_superuser=True))
+    button = {
+        "action": "retry_failed_steps",
+        "index": "0",
+        "_selected_action": str(workflow.id),
+        "_eddyq_from_workflow": "1",
+    }
+    assert csrf.post(changelist, button).status_code == 403  # no CSRF token: refused
+    assert Job.objects.get(pk=load.job_id).state == "failed"
+
+    response = admin_client.post(changelist, button, follow=True)
+    assert response.redirect_chain == [(workflow_url(workflow), 302)]
+    page = response.content.decode()
+    assert "Workflow nightly &lt;import&gt;: 1 step retried." in page
+    assert {Job.objects.get(pk=step.job_id).state for step in (load, report)} == {
+        "available",
+        "pending",
+    }
+    # Running again: now it can be cancelled, and there is nothing to retry.
+    assert ">Cancel workflow</button>" in page and "Retry failed steps" not in page
+
+    response = admin_client.post(changelist, {**button, "action": "cancel_workflows"}, follow=True)
+    assert response.redirect_chain == [(workflow_url(workflow), 302)]
+    assert "Workflow nightly &lt;import&gt;: 2 steps cancelled." in response.content.decode()
+    assert {Job.objects.get(pk=step.job_id).state for step in (load, report)} == {"cancelled"}
+    assert WorkflowRun.objects.get(pk=workflow.id).state == "cancelled"
+
+
+def test_retrying_a_workflow_without_failed_steps_says_so(admin_client: Client) -> None:
+    workflow = Workflow("quiet")
+    workflow.add(jobs.workflow_step.s("only"), name="only")
+    workflow.enqueue()
+    run_jobs()
+    response = admin_client.post(
+        reverse("admin:django_eddyq_workflowrun_changelist"),
+        {
+            "action": "retry_failed_steps",
+            "_selected_action": [str(workflow.id)],
+            "_eddyq_from_workflow": "1",
+        },
+        follow=True,
+    )
+    assert response.redirect_chain == [(workflow_url(workflow), 302)]
+    page = response.content.decode()
+    assert 'class="warning">Workflow quiet: 0 steps retried.' in page
+    # Completed: neither button.
+    assert "Retry failed steps" not in page and "Cancel workflow" not in page
+
+
+def test_the_buttons_need_the_change_permission() -> None:
+    workflow = failing_pipeline()
+    viewer = staff_client("view_workflowrun", "view_job")
+    page = viewer.get(workflow_url(workflow)).content.decode()
+    assert "Retry failed steps" not in page and "eddyq-page-action" not in page
+    for action in ("retry_failed_steps", "cancel_workflows"):
+        response = viewer.post(
+            reverse("admin:django_eddyq_workflowrun_changelist"),
+            {"action": action, "_selected_action": [str(workflow.id)], "_eddyq_from_workflow": "1"},
+        )
+        assert response.status_code == 403
+    assert Job.objects.get(pk=workflow.steps[1].job_id).state == "failed"
+    assert WorkflowRun.objects.get(pk=workflow.id).state == "failed"
+
+    changer = staff_client("view_workflowrun", "change_workflowrun")
+    assert ">Retry failed steps</button>" in changer.get(workflow_url(workflow)).content.decode()

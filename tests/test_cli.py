@@ -4,6 +4,8 @@ tables, its JSON, its exit statuses."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import signal
 import subprocess
 import sys
@@ -15,9 +17,11 @@ from django.db.models.functions import Now
 from django.test import override_settings
 from django.utils import timezone
 
+from django_eddyq import Workflow
 from django_eddyq.election import ELECTION
 from django_eddyq.maintenance.periodic import set_periodic_enabled
-from django_eddyq.models import Job, Leader, PeriodicSchedule, Queue, WorkerProcess
+from django_eddyq.models import Job, Leader, PeriodicSchedule, Queue, WorkerProcess, WorkflowRun
+from django_eddyq.testing import run_jobs
 from tests import jobs
 from tests.factories import JobFactory, QueueFactory
 from tests.processes import MANAGE, StartWorker, wait_for
@@ -270,6 +274,7 @@ def test_every_subcommand_has_help(eddyq: Any) -> None:
         "pause",
         "resume",
         "periodic",
+        "workflow",
     ):
         result = eddyq(subcommand, "--help")
         assert result.returncode == 0
@@ -583,3 +588,183 @@ def test_a_batched_retry_while_a_worker_runs_loses_and_repeats_no_job(
     assert set(Job.objects.values_list("attempt", "max_attempts").distinct()) == {(2, 2)}
     runs = Execution.objects.values_list("job_id", flat=True)
     assert len(runs) == jobs and set(runs) == set(Job.objects.values_list("pk", flat=True))
+
+
+# workflow
+
+
+def failed_workflow() -> Workflow:
+    """fetch, then load (which fails), then report after load and notify after load whatever
+    happened."""
+    workflow = Workflow("nightly")
+    fetch = workflow.add(jobs.workflow_step.s("fetch"), name="fetch")
+    load = workflow.add(
+        jobs.workflow_step.using(max_attempts=1).s("load", fail=True), after=[fetch], name="load"
+    )
+    workflow.add(jobs.workflow_step.s("report"), after=[load], name="report")
+    workflow.add(
+        jobs.workflow_step.s("notify"), after=[fetch, load], ignore_failure=True, name="notify"
+    )
+    workflow.enqueue()
+    for _ in range(3):
+        run_jobs()
+    return workflow
+
+
+def test_workflow_shows_its_steps(eddyq: Any) -> None:
+    workflow = failed_workflow()
+    fetch, load, report, notify = workflow.steps
+    result = eddyq("workflow", str(workflow.id))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"Workflow {workflow.id}: nightly (failed)"
+    assert lines[1] == "  steps      4: 0 not ended, 2 failed or cancelled"
+    header = lines.index(next(line for line in lines if line.startswith("STEP")))
+    assert lines[header].split() == ["STEP", "JOB", "STATE", "ATTEMPT", "DURATION", "AFTER"]
+    # By job id: each step after those it runs after.
+    rows = {row[0]: row[1:] for row in (line.split(None, 5) for line in lines[header + 1 :])}
+    assert list(rows) == sorted(rows, key=lambda name: int(rows[name][0]))
+    assert rows == {
+        "fetch": [str(fetch.job_id), "completed", "1/3", rows["fetch"][3], "—"],
+        "load": [str(load.job_id), "failed", "1/1", rows["load"][3], "fetch"],
+        "report": [str(report.job_id), "cancelled", "0/3", "—", "load"],
+        "notify": [
+            str(notify.job_id),
+            "completed",
+            "1/3",
+            rows["notify"][3],
+            "fetch (any outcome), load (any outcome)",
+        ],
+    }
+    assert rows["load"][3].endswith("s")  # its duration
+
+    data = json.loads(eddyq("workflow", str(workflow.id), "--json").stdout)
+    assert (data["id"], data["name"], data["state"]) == (workflow.id, "nightly", "failed")
+    assert data["counts"] == {"steps": 4, "unfinished": 0, "failed": 2}
+    assert data["more"] is False and data["retention"] == 7 * 24 * 3600
+    by_name = {step["name"]: step for step in data["steps"]}
+    assert by_name["load"]["state"] == "failed" and by_name["load"]["attempt"] == 1
+    assert by_name["notify"]["after"] == [
+        {"step": "fetch", "job_id": fetch.job_id, "ignore_failure": True},
+        {"step": "load", "job_id": load.job_id, "ignore_failure": True},
+    ]
+
+
+def test_workflow_lists_at_most_limit_steps_and_their_every_dependency(eddyq: Any) -> None:
+    workflow = Workflow("wide")
+    first = workflow.add(jobs.workflow_step.s("first"), name="first")
+    parts = [workflow.add(jobs.workflow_step.s(str(n)), after=[first]) for n in range(3)]
+    workflow.add(jobs.workflow_step.s("last"), after=parts, name="last")
+    workflow.enqueue()
+    result = eddyq("workflow", str(workflow.id), "--limit", "2")
+    assert result.returncode == 0, result.stderr
+    assert "First 2 of 5 steps shown, by job id (raise --limit)." in result.stdout
+    data = json.loads(eddyq("workflow", str(workflow.id), "--limit", "2", "--json").stdout)
+    assert len(data["steps"]) == 2 and data["more"] is True
+    assert all(step["state"] == "pending" for step in data["steps"][1:])
+    # A step's dependencies are named, whether they are listed or not.
+    data = json.loads(eddyq("workflow", str(workflow.id), "--limit", "5", "--json").stdout)
+    last = next(step for step in data["steps"] if step["name"] == "last")
+    assert {dep["step"] for dep in last["after"]} == {step.name for step in parts}
+
+
+def test_workflow_retry_brings_the_cancelled_steps_back(eddyq: Any) -> None:
+    workflow = failed_workflow()
+    _fetch, load, report, _notify = workflow.steps
+    # Without a terminal it asks nothing, and refuses.
+    result = eddyq("workflow", "retry", str(workflow.id), stdin="y\n")
+    assert result.returncode == 2
+    assert f"Retry the failed steps of workflow {workflow.id} (nightly)? (2 failed" in (
+        result.stderr
+    )
+    assert "stdin is not a terminal. Add --yes" in result.stderr
+    assert Job.objects.get(pk=load.job_id).state == "failed"
+
+    result = eddyq("workflow", "retry", str(workflow.id), "--yes")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        f"Retried 1 step of workflow {workflow.id} (nightly); the steps cancelled because of "
+        "it are pending again."
+    )
+    assert Job.objects.get(pk=load.job_id).state == "available"
+    assert Job.objects.get(pk=report.job_id).state == "pending"
+    assert WorkflowRun.objects.get(pk=workflow.id).state == "running"
+
+    # Nothing left to retry: exit 1.
+    result = eddyq("workflow", "retry", str(workflow.id), "--yes")
+    assert result.returncode == 1
+    assert "has no failed or cancelled step: nothing to retry" in result.stderr
+
+
+def test_workflow_cancel_cancels_the_unfinished_steps(eddyq: Any) -> None:
+    workflow = failed_workflow()
+    _fetch, load, report, _notify = workflow.steps
+    Job.objects.get(pk=load.job_id).retry()
+    result = eddyq("workflow", "cancel", str(workflow.id), "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "workflow": workflow.id,
+        "operation": "cancel",
+        "changed": 2,
+        "state": "cancelled",
+    }
+    assert {Job.objects.get(pk=step.job_id).state for step in (load, report)} == {"cancelled"}
+    assert WorkflowRun.objects.get(pk=workflow.id).state == "cancelled"
+
+    result = eddyq("workflow", "cancel", str(workflow.id), "--yes")
+    assert result.returncode == 1
+    assert f"Workflow {workflow.id} (nightly) has ended (cancelled): nothing to cancel." in (
+        result.stderr
+    )
+
+
+def test_a_workflow_that_is_not_there_exits_1(eddyq: Any) -> None:
+    for arguments in (("987654321",), ("retry", "987654321", "--yes"), ("cancel", "987654321")):
+        result = eddyq("workflow", *arguments)
+        assert result.returncode == 1
+        assert "No workflow 987654321" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("x",), "'x' is neither a workflow id nor an ACTION (retry or cancel)"),
+        (("retry",), "workflow retry takes the ID of one workflow"),
+        (("cancel", "1", "2"), "workflow cancel takes the ID of one workflow"),
+        (("1", "2"), "workflow takes one ID, or an ACTION (retry or cancel) and an ID"),
+        (("retry", "0"), "'0' is not a workflow id"),
+        (("--", "-3"), "'-3' is neither a workflow id"),
+        (("1", "--limit", "0"), "give 1 to 10,000 steps"),
+    ],
+)
+def test_workflow_bad_usage_exits_2(eddyq: Any, arguments: tuple[str, ...], message: str) -> None:
+    result = eddyq("workflow", *arguments)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(("answer", "state"), [("n", "failed"), ("y", "available")])
+def test_workflow_retry_asks_on_a_terminal(
+    worker_environment: dict[str, str], answer: str, state: str
+) -> None:
+    workflow = failed_workflow()
+    load = workflow.steps[1]
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, f"{answer}\n".encode())
+        result = subprocess.run(
+            [sys.executable, str(MANAGE), "eddyq", "workflow", "retry", str(workflow.id)],
+            env=worker_environment,
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert result.returncode == 0, result.stderr
+    assert f"Retry the failed steps of workflow {workflow.id} (nightly)?" in result.stderr
+    assert "[y/N]" in result.stderr
+    assert ("Nothing changed." in result.stderr) == (answer == "n")
+    assert Job.objects.get(pk=load.job_id).state == state

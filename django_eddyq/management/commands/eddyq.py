@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_eddyq.bulk import BATCH_SIZE
-from django_eddyq.management.cli import changes, jobs, periodic, queues, status
+from django_eddyq.management.cli import changes, jobs, periodic, queues, status, workflows
 from django_eddyq.management.cli.filters import add_filter_arguments, job_filter, queue_name
 from django_eddyq.management.cli.output import USAGE, Usage
 
@@ -21,6 +21,18 @@ from django_eddyq.management.cli.output import USAGE, Usage
 def job_id(value: str) -> int:
     if not value.isdigit() or not 0 < int(value) < 2**63:
         raise argparse.ArgumentTypeError(f"{value!r} is not a job id (a positive integer)")
+    return int(value)
+
+
+def workflow_id(value: str) -> int:
+    if not value.isdigit() or not 0 < int(value) < 2**63:
+        raise Usage(f"{value!r} is not a workflow id (a positive integer)")
+    return int(value)
+
+
+def step_limit(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= workflows.MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{value!r}: give 1 to {workflows.MAX_LIMIT:,} steps")
     return int(value)
 
 
@@ -49,8 +61,8 @@ def positive_seconds(value: str) -> float:
 class Command(BaseCommand):
     help = (
         "See and steer the eddyq queue: status, jobs, job, retry, cancel, delete, pause, "
-        "resume, periodic. Each subcommand has --help; --json prints JSON for scripts. Exit "
-        "status: 0 done, 1 nothing matched or unhealthy, 2 bad usage."
+        "resume, periodic, workflow. Each subcommand has --help; --json prints JSON for "
+        "scripts. Exit status: 0 done, 1 nothing matched or unhealthy, 2 bad usage."
     )
     requires_system_checks: list[str] = []  # noqa: RUF012 - Django's own attribute
 
@@ -147,6 +159,29 @@ class Command(BaseCommand):
         schedules.add_argument("action", nargs="?", choices=periodic.ACTIONS, metavar="ACTION")
         schedules.add_argument("name", nargs="?", metavar="NAME", help="A schedule's name.")
 
+        workflow = add(
+            "workflow",
+            help="A workflow's steps; retry its failed steps, or cancel it.",
+            description="'workflow ID': the workflow's counts and its steps by job id (a step "
+            "comes after those it runs after), each with its state, attempts, duration and "
+            "the steps it runs after. "
+            "'workflow retry ID' retries its failed steps (the steps they cancelled come back, "
+            "waiting for them); 'workflow cancel ID' cancels its unfinished steps (running ones "
+            "are asked to stop). Both ask first on a terminal; --yes to go ahead without asking "
+            "(needed without a terminal). Exits 1 for an unknown ID, or when there is nothing "
+            "to retry or cancel.",
+        )
+        workflow.add_argument(
+            "words", nargs="+", metavar="[ACTION] ID", help="retry or cancel, then the id."
+        )
+        workflow.add_argument(
+            "--limit",
+            type=step_limit,
+            default=workflows.DEFAULT_LIMIT,
+            help=f"List at most this many steps (default {workflows.DEFAULT_LIMIT}).",
+        )
+        workflow.add_argument("--yes", action="store_true", help="Do not ask; go ahead.")
+
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             code = self.run(options)
@@ -199,4 +234,34 @@ class Command(BaseCommand):
             return periodic.steer(
                 self.stdout, self.stderr, options["action"], options["name"], as_json=as_json
             )
+        if subcommand == "workflow":
+            return self.workflow(options["words"], options)
         raise Usage(f"unknown subcommand {subcommand!r}")
+
+    def workflow(self, words: list[str], options: dict[str, Any]) -> int:
+        """``workflow ID`` or ``workflow ACTION ID``."""
+        if words[0] in workflows.ACTIONS:
+            action, ids = words[0], words[1:]
+            if len(ids) != 1:
+                raise Usage(f"workflow {action} takes the ID of one workflow")
+            return workflows.steer(
+                self.stdout,
+                self.stderr,
+                action,
+                workflow_id(ids[0]),
+                stdin=sys.stdin,
+                yes=options["yes"],
+                as_json=options["json"],
+            )
+        actions = " or ".join(workflows.ACTIONS)
+        if len(words) != 1:
+            raise Usage(f"workflow takes one ID, or an ACTION ({actions}) and an ID")
+        if not words[0].isdigit():
+            raise Usage(f"{words[0]!r} is neither a workflow id nor an ACTION ({actions})")
+        return workflows.show(
+            self.stdout,
+            self.stderr,
+            workflow_id(words[0]),
+            limit=options["limit"],
+            as_json=options["json"],
+        )
