@@ -21,3 +21,13 @@ def pause(seconds: float) -> None:
 def pause_per_customer(seconds: float, customer: int) -> None:
     """``pause``, at most one running per customer on all workers (flow control's keyed row)."""
     time.sleep(seconds)
+
+
+@task
+def query() -> None:
+    """Runs one query on Django's connection, as a handler that reads a row does: what the
+    connection settings cost a worker's jobs (benchmarks/connections.py)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")

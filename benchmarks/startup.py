@@ -13,16 +13,21 @@ alternated so that a busy spell of a shared machine weighs on each alike:
   wraps them before running the command): the timeline of one run, and the median of each step;
 * the raw floor: a Python process that imports psycopg, connects, claims the job with one
   ``UPDATE ... FOR UPDATE SKIP LOCKED`` and marks it completed (two commits), as the raw loop
-  of ``raw.py`` does: what any worker pays.
+  of ``raw.py`` does: what any worker pays; and the same after what any worker in a Django
+  project pays, ``django.setup()`` of the test project without django-eddyq and the system
+  checks.
 
-``--importtime`` also runs the command once under ``python -X importtime`` and prints what its
-imports cost, by package.
+``--against DIR`` adds a fourth, alternated with the others: the untouched command of another
+checkout of the repository (e.g. ``git worktree add /tmp/base HEAD~1``), for a before/after
+comparison on a shared, noisy machine. ``--importtime`` also runs the command once under
+``python -X importtime`` and prints what its imports cost, by package.
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import compileall
 import functools
 import json
 import os
@@ -48,9 +53,7 @@ WORKER_ENVIRONMENT = {
     "EDDYQ_TASK_MODULES": "benchmarks.noop",
 }
 
-RAW_WORKER = """
-import os, time
-import psycopg
+CLAIM_AND_COMPLETE = """
 with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as connection:
     with connection.transaction():
         claimed = connection.execute(
@@ -66,6 +69,33 @@ with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as connection:
             [[row[0] for row in claimed]],
         )
 """
+RAW_WORKER = "import os\nimport psycopg\n" + CLAIM_AND_COMPLETE
+# The same, after what any worker inside a Django project pays: Django's setup of the test
+# project without django-eddyq (and the demo app, which needs it) and the system checks.
+DJANGO_WORKER = (
+    """
+import os, sys
+sys.path[:0] = [os.environ["STARTUP_PROJECT"], os.path.dirname(os.environ["STARTUP_PROJECT"])]
+os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+import django
+from django.conf import settings
+settings.INSTALLED_APPS = [
+    app for app in settings.INSTALLED_APPS if app not in ("django_eddyq", "demo")
+]
+django.setup()
+import types
+from django.contrib import admin
+from django.urls import path
+urls = types.ModuleType("startup_urls")  # the test project's, without the demo's view
+urls.urlpatterns = [path("admin/", admin.site.urls)]
+sys.modules["startup_urls"] = urls
+settings.ROOT_URLCONF = "startup_urls"
+from django.core.management.base import BaseCommand
+BaseCommand().check(databases=["default"], display_num_errors=False)
+import psycopg
+"""
+    + CLAIM_AND_COMPLETE
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,6 +260,14 @@ def spawn(argv: list[str], environment: dict[str, str]) -> dict[str, float]:
     }
 
 
+def compile_bytecode(checkouts: list[Path]) -> None:
+    """As installing a package does (see run.py's ``compile_bytecode``): with
+    PYTHONDONTWRITEBYTECODE set, each start would compile the modules anew."""
+    for checkout in checkouts:
+        for folder in ("django_eddyq", "testproject", "benchmarks"):
+            compileall.compile_dir(checkout / folder, quiet=1)
+
+
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -277,22 +315,42 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--importtime", action="store_true")
+    parser.add_argument(
+        "--against", type=Path, metavar="DIR", help="another checkout's worker, alternated"
+    )
     options = parser.parse_args()
     setup_django()
+    compile_bytecode([REPO, *([options.against] if options.against else [])])
     worker_arguments = ["--burst", "--concurrency", str(options.concurrency), "-v", "0"]
     if options.processes > 1:
         worker_arguments += ["--processes", str(options.processes)]
     command = [sys.executable, str(MANAGE), "eddyq_worker", *worker_arguments]
     raw = [sys.executable, "-c", RAW_WORKER]
+    django_floor = [sys.executable, "-c", DJANGO_WORKER]
 
     print(f"load average before: {load_average()}")
     plain: list[dict[str, float]] = []
     floor: list[dict[str, float]] = []
+    django_only: list[dict[str, float]] = []
+    other: list[dict[str, float]] = []
+    other_command = other_environment = None
+    if options.against:
+        other_root = options.against.resolve()
+        other_command = [
+            sys.executable,
+            str(other_root / "testproject" / "manage.py"),
+            "eddyq_worker",
+            *worker_arguments,
+        ]
+        other_environment = {"PYTHONPATH": str(other_root)}
     traced: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         for run in range(options.runs):
-            plain.append(spawn(command, {}))
+            plain.append(spawn(command, {"PYTHONPATH": str(REPO)}))
+            if other_command is not None and other_environment is not None:
+                other.append(spawn(other_command, other_environment))
             floor.append(spawn(raw, {}))
+            django_only.append(spawn(django_floor, {"STARTUP_PROJECT": str(MANAGE.parent)}))
             output = Path(folder) / f"trace-{run}.json"
             outcome = spawn(
                 [
@@ -309,20 +367,25 @@ def main() -> None:
     print(f"load average after:  {load_average()}")
 
     print(f"\nSpawn → ... (s), median of {options.runs}: {' '.join(worker_arguments)}")
-    print(f"  {'':44} {'claim':>7} {'done':>7} {'exit':>7}")
+    print(f"  {'':52} {'claim':>7} {'done':>7} {'exit':>7}")
+    compared = [(f"eddyq_worker --burst of {options.against}", other)] if other else []
     for label, runs in [
         ("eddyq_worker --burst", plain),
+        *compared,
         ("the same, traced", [t["outcome"] for t in traced]),
         ("raw psycopg: import, connect, claim, complete", floor),
+        ("the same after Django's setup and checks, no eddyq", django_only),
     ]:
         print(
-            f"  {label:44} "
+            f"  {label:52} "
             + " ".join(
                 f"{statistics.median(r[key] for r in runs):7.3f}"
                 for key in ("claim", "done", "exit")
             )
         )
     print("  eddyq_worker runs (done): " + " ".join(f"{r['done']:.3f}" for r in plain))
+    if other:
+        print("  the other's runs (done):  " + " ".join(f"{r['done']:.3f}" for r in other))
 
     by_step: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for run in traced:
