@@ -316,6 +316,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--importtime", action="store_true")
     parser.add_argument(
+        "--no-trace", action="store_true", help="only the untouched runs (and the floors)"
+    )
+    parser.add_argument(
         "--against", type=Path, metavar="DIR", help="another checkout's worker, alternated"
     )
     options = parser.parse_args()
@@ -351,6 +354,8 @@ def main() -> None:
                 other.append(spawn(other_command, other_environment))
             floor.append(spawn(raw, {}))
             django_only.append(spawn(django_floor, {"STARTUP_PROJECT": str(MANAGE.parent)}))
+            if options.no_trace:
+                continue
             output = Path(folder) / f"trace-{run}.json"
             outcome = spawn(
                 [
@@ -376,6 +381,8 @@ def main() -> None:
         ("raw psycopg: import, connect, claim, complete", floor),
         ("the same after Django's setup and checks, no eddyq", django_only),
     ]:
+        if not runs:
+            continue
         print(
             f"  {label:52} "
             + " ".join(
@@ -386,12 +393,35 @@ def main() -> None:
     print("  eddyq_worker runs (done): " + " ".join(f"{r['done']:.3f}" for r in plain))
     if other:
         print("  the other's runs (done):  " + " ".join(f"{r['done']:.3f}" for r in other))
+        # Each run of one is next to a run of the other: their differences cancel what a
+        # busy spell of the machine adds to both.
+        pairs = list(zip(plain, other, strict=True))
+        differences = {
+            key: statistics.median(a[key] - b[key] for a, b in pairs)
+            for key in ("claim", "done", "exit")
+        }
+        print(
+            "  median of the differences run by run (this - the other): "
+            + ", ".join(f"{key} {value * 1000:+.0f} ms" for key, value in differences.items())
+        )
+        print(
+            "  claim → done, this / the other: "
+            f"{statistics.median(r['done'] - r['claim'] for r in plain) * 1000:.0f} / "
+            f"{statistics.median(r['done'] - r['claim'] for r in other) * 1000:.0f} ms"
+        )
+    if traced:
+        print_trace(traced, options.runs)
+    if options.importtime:
+        print_importtime(worker_arguments)
 
+
+def print_trace(traced: list[dict[str, Any]], runs: int) -> None:
+    """The median start, end and duration of each step, then every call of the median run."""
     by_step: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for run in traced:
         for step in run["steps"]:
             by_step[step["step"]].append((step["start"], step["end"], step["thread"]))
-    print(f"\nTraced steps, median over {options.runs} runs (s since spawn; first call of each):")
+    print(f"\nTraced steps, median over {runs} runs (s since spawn; first call of each):")
     print(f"  {'start':>6} {'end':>6} {'took':>6}  {'thread':16} step")
     rows = []
     for label, calls in by_step.items():
@@ -400,8 +430,8 @@ def main() -> None:
         took = statistics.median(c[1] - c[0] for c in calls)
         rows.append((start, end, took, calls[0][2], label, len(calls)))
     for start, end, took, thread, label, count in sorted(rows):
-        runs = f" (in {count} of {options.runs} runs)" if count != options.runs else ""
-        print(f"  {start:6.3f} {end:6.3f} {took:6.3f}  {thread[:16]:16} {label}{runs}")
+        some = f" (in {count} of {runs} runs)" if count != runs else ""
+        print(f"  {start:6.3f} {end:6.3f} {took:6.3f}  {thread[:16]:16} {label}{some}")
     done = statistics.median(t["outcome"]["done"] for t in traced)
     print(f"  {done:6.3f} {'':6} {'':6}  {'':16} the job done (finalized_at)")
 
@@ -412,9 +442,6 @@ def main() -> None:
             f"  {step['start']:6.3f} {step['end']:6.3f} {step['end'] - step['start']:6.3f}  "
             f"{step['thread'][:16]:16} {step['step']}"
         )
-
-    if options.importtime:
-        print_importtime(worker_arguments)
 
 
 if __name__ == "__main__":
