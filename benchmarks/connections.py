@@ -38,12 +38,12 @@ if __package__ in (None, ""):  # python benchmarks/connections.py
 
 from benchmarks.drain import MANAGE, setup_django
 
-# The settings of each row's connection, on top of the test project's (CONN_MAX_AGE 0).
+# The settings of each row's connection, on top of the test project's.
 REQUEST_ROWS: dict[str, dict[str, object]] = {
-    "CONN_MAX_AGE 0 (Django's default): a connection per request": {},
+    "CONN_MAX_AGE 0 (Django's default): a connection per request": {"CONN_MAX_AGE": 0},
     "CONN_MAX_AGE 600": {"CONN_MAX_AGE": 600},
     "CONN_MAX_AGE 600, CONN_HEALTH_CHECKS": {"CONN_MAX_AGE": 600, "CONN_HEALTH_CHECKS": True},
-    'OPTIONS {"pool": True} (psycopg_pool)': {"OPTIONS": {"pool": True}},
+    'OPTIONS {"pool": True} (psycopg_pool)': {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": True}},
 }
 NO_REQUEST = "no request around it (a script's loop), CONN_MAX_AGE 0"
 RAW_INSERT = "raw psycopg INSERT … RETURNING id of the same row, one connection"
