@@ -216,11 +216,13 @@ def check_connections_kept(app_configs: AppConfigs = None, **kwargs: Any) -> lis
         return []
     messages: list[CheckMessage] = []
     for name in dict.fromkeys(["default", alias]):
-        database = settings.DATABASES.get(name)
+        database: Mapping[str, Any] | None = settings.DATABASES.get(name)
+        if database is None:
+            continue
+        options: Mapping[str, Any] = database.get("OPTIONS") or {}
         if (
-            not isinstance(database, Mapping)
-            or database.get("CONN_MAX_AGE", 0) != 0
-            or (database.get("OPTIONS") or {}).get("pool")
+            database.get("CONN_MAX_AGE", 0) != 0
+            or options.get("pool")
             or _vendor(database.get("ENGINE")) != "postgresql"
         ):
             continue
