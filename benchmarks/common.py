@@ -24,8 +24,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
 MANAGE = REPO / "testproject" / "manage.py"
-#: Every database the benchmarks create starts with this; no other database is ever touched.
-DATABASE_PREFIX = "eddyq_bench_run"
+#: Every database the benchmarks create starts with this (BENCH_DATABASE_PREFIX, for runs of
+#: several people on one server); no other database is ever touched.
+DATABASE_PREFIX = os.environ.get("BENCH_DATABASE_PREFIX", "eddyq_bench_run")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -4,9 +4,10 @@
                                [--instrumented]
 
 Runs against ``DATABASE_URL`` (or the demo's embedded PostgreSQL), in a database of its own
-(``eddyq_bench``) so that it never touches your jobs. Prints jobs per second per run (and how
-much of it was start-up) and the median. ``--instrumented`` drains with the observability on
-(see ``INSTRUMENTED_ARGUMENTS``), as run.py's ``drain_c10_instrumented`` row does.
+(``eddyq_bench``, or ``BENCH_DATABASE``'s name) so that it never touches your jobs. Prints jobs
+per second per run (and how much of it was start-up) and the median. ``--instrumented`` drains
+with the observability on (see ``INSTRUMENTED_ARGUMENTS``), as run.py's
+``drain_c10_instrumented`` row does.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
 MANAGE = REPO / "testproject" / "manage.py"
-BENCH_DATABASE = "eddyq_bench"
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "eddyq_bench")
 
 # What an instrumented drain's worker gets on top of a plain one's, here and in run.py's
 # drain_c10_instrumented row: Prometheus metrics on, served on a free port of this machine

@@ -708,13 +708,16 @@ def _copy_statement(table: str, direction: str) -> str:
 
 
 def _drop_index(connection: Any, table: str, columns_start: str) -> str:
-    """``DROP INDEX`` of the index of ``table`` on the available jobs whose columns start so."""
+    """``DROP INDEX`` of the index of ``table`` on the available jobs whose columns start so:
+    the claim's (``limit_key IS NULL``), not the keyed claim's, which a no-op job never enters."""
     names = [
         name
         for name, definition in connection.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table]
         )
-        if f"btree {columns_start}" in definition and "'available'" in definition
+        if f"btree {columns_start}" in definition
+        and "'available'" in definition
+        and "limit_key IS NULL" in definition
     ]
     if len(names) != 1:
         raise RuntimeError(f"{table}: expected one index on {columns_start}..., found {names}")

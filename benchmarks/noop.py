@@ -27,3 +27,13 @@ def pause_per_customer(seconds: float, customer: int) -> None:
 def atomic_noop() -> None:
     """Does nothing, atomically: what is measured is the cost of a completion committed on its
     own, in the handler's transaction, against the batched completions of ``noop``."""
+
+
+@task
+def query() -> None:
+    """Runs one query on Django's connection, as a handler that reads a row does: what the
+    connection settings cost a worker's jobs (benchmarks/connections.py)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")

@@ -8,6 +8,8 @@
     python benchmarks/run.py --soak 1000000   # + a million jobs through one worker: dead
                                               #   tuples and the worker's RSS over time
     python benchmarks/run.py --subjects none --plans     # only the plans
+    python benchmarks/run.py --servers        # all of it on DATABASE_URL's server, then on
+                                              #   the embedded PostgreSQL 18: two tables
 
 PostgreSQL is ``DATABASE_URL``'s server when set, otherwise a throw-away embedded cluster
 started with durable settings (fsync and synchronous_commit on) and removed at the end. Every
@@ -1032,13 +1034,18 @@ def main() -> None:
         "--limits", action="store_true", help="COPY floors of eddyq_jobs; drain start-up"
     )
     parser.add_argument("--soak", type=int, metavar="N", help="N jobs through one worker")
+    parser.add_argument(
+        "--servers",
+        action="store_true",
+        help="run everything on DATABASE_URL's server, then on an embedded PostgreSQL 18",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--render", type=Path, metavar="FILE", help="print the table of a saved run and exit"
     )
     args = parser.parse_args()
     if args.render:
-        print(report(json.loads(args.render.read_text()))[0])
+        print(render_saved(json.loads(args.render.read_text())))
         return
 
     sizes = dict(QUICK if args.quick else FULL)
@@ -1046,9 +1053,6 @@ def main() -> None:
     selected = None
     if args.subjects:
         selected = set() if args.subjects == "none" else set(args.subjects.split(","))
-    chosen = subjects(selected)
-    by_key = {s.key: s for s in chosen}
-    eddyq_subject = Subject("eddyq", "benchmarks.eddyq", "django-eddyq")
 
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = RESULTS / "logs" / stamp
@@ -1057,7 +1061,80 @@ def main() -> None:
     commit = _git_commit()
 
     compile_bytecode()
-    server, origin = start_server(args)
+    servers = [start_server(args)] if not args.servers else both_servers()
+    documents = []
+    for number, (server, origin) in enumerate(servers, 1):
+        server_logs = log_dir if len(servers) == 1 else log_dir / f"server{number}"
+        server_logs.mkdir(parents=True, exist_ok=True)
+        documents.append(
+            run_on_server(server, origin, args, sizes, runs, selected, stamp, server_logs)
+        )
+    for document in documents:
+        document["commit"] = (
+            commit if _git_commit() == commit else f"{commit} (then {_git_commit()})"
+        )
+        document["table"], document["targets"] = report(document)
+    saved: dict[str, Any] = (
+        documents[0]
+        if len(documents) == 1
+        else {"stamp": stamp, "commit": documents[0]["commit"], "servers": documents}
+    )
+    saved["seconds"] = time.time() - started
+    print(render_saved(saved))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(saved, indent=2, default=str)
+    (RESULTS / f"{stamp}.json").write_text(text)
+    (RESULTS / "latest.json").write_text(text)
+    if args.json:
+        args.json.write_text(text)
+    log(f"done in {time.time() - started:.0f}s; results in {RESULTS / 'latest.json'}")
+    for path in sorted(log_dir.rglob("*"), reverse=True):
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    if not any(log_dir.iterdir()):
+        shutil.rmtree(log_dir)
+
+
+def both_servers() -> list[tuple[str, str]]:
+    """``--servers``: DATABASE_URL's server, then a throw-away embedded PostgreSQL 18."""
+    url = os.environ.get("DATABASE_URL")
+    if not url or os.environ.get("EDDYQ_EMBEDDED_PGDATA"):
+        raise SystemExit(
+            "--servers compares DATABASE_URL's server with the embedded PostgreSQL: set "
+            "DATABASE_URL to the other server (a role with CREATEDB)"
+        )
+    from django_eddyq import embedded
+
+    cluster = embedded.start_throwaway(durable=True)
+    return [
+        (url, "DATABASE_URL"),
+        (cluster.url, f"embedded throw-away cluster ({cluster.cluster_dir})"),
+    ]
+
+
+def render_saved(saved: dict[str, Any]) -> str:
+    """The table of a saved run: one per server for a run of ``--servers``."""
+    if "servers" not in saved:
+        return str(report(saved)[0])
+    return "\n\n\n".join(str(report(document)[0]) for document in saved["servers"])
+
+
+def run_on_server(
+    server: str,
+    origin: str,
+    args: argparse.Namespace,
+    sizes: dict[str, Any],
+    runs: int,
+    selected: set[str] | None,
+    stamp: str,
+    log_dir: Path,
+) -> dict[str, Any]:
+    """Every subject's rounds and the extra modes on one server: the run's document."""
+    chosen = subjects(selected)
+    by_key = {s.key: s for s in chosen}
+    eddyq_subject = Subject("eddyq", "benchmarks.eddyq", "django-eddyq")
     described = common.server_description(common.database_url(server, "postgres"))
     log(f"PostgreSQL {described['version']} from {origin}: {described['settings']}")
 
@@ -1089,10 +1166,8 @@ def main() -> None:
         log(f"soak: {args.soak:,} jobs")
         extras["soak"] = run_soak(server, sizes, args.soak, log_dir, eddyq_subject)
 
-    document = {
+    return {
         "stamp": stamp,
-        "commit": commit if _git_commit() == commit else f"{commit} (then {_git_commit()})",
-        "seconds": time.time() - started,
         "postgres": {**described, "origin": origin.split(" (")[0]},
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -1112,20 +1187,6 @@ def main() -> None:
         },
         "extras": extras,
     }
-    document["table"], document["targets"] = report(document)
-    print(document["table"])
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(document, indent=2, default=str)
-    (RESULTS / f"{stamp}.json").write_text(text)
-    (RESULTS / "latest.json").write_text(text)
-    if args.json:
-        args.json.write_text(text)
-    log(f"done in {time.time() - started:.0f}s; results in {RESULTS / 'latest.json'}")
-    for path in log_dir.iterdir():
-        if path.stat().st_size == 0:
-            path.unlink()
-    if not any(log_dir.iterdir()):
-        shutil.rmtree(log_dir)
 
 
 def compile_bytecode() -> None:

@@ -42,6 +42,7 @@ METRICS_NOT_INSTALLED = "django_eddyq.E009"
 UNKNOWN_ENVIRONMENT_VARIABLE = "django_eddyq.W001"
 LEADER_RENEWAL_LATE = "django_eddyq.W002"
 ACTIVITY_RETENTION_SHORT = "django_eddyq.W003"
+CONNECTIONS_NOT_KEPT = "django_eddyq.W004"
 
 # EDDYQ_ variables that are not settings: the system user of django_eddyq.embedded's PostgreSQL,
 # the data directory that the test project hands down to the processes it starts, and the
@@ -195,6 +196,47 @@ def check_database(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckM
             id=NOT_POSTGRESQL,
         )
     ]
+
+
+@register(TAG)
+def check_connections_kept(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    """The queue's database and the default one (where handlers' queries go) keep their
+    connections: with Django's default, ``CONN_MAX_AGE`` 0 and no pool, every request that
+    enqueues and every job that queries opens one (docs/deployment.md#keeping-connections-open).
+
+    Says nothing with ``LISTEN_NOTIFY`` off, which declares a transaction pooler (PgBouncer):
+    it keeps the server's connections itself.
+    """
+    try:
+        alias = eddyq_settings.DATABASE
+        listening = eddyq_settings.LISTEN_NOTIFY
+    except ImproperlyConfigured:
+        return []  # reported by check_values
+    if not listening:
+        return []
+    messages: list[CheckMessage] = []
+    for name in dict.fromkeys(["default", alias]):
+        database: Mapping[str, Any] | None = settings.DATABASES.get(name)
+        if database is None:
+            continue
+        options: Mapping[str, Any] = database.get("OPTIONS") or {}
+        if (
+            database.get("CONN_MAX_AGE", 0) != 0
+            or options.get("pool")
+            or _vendor(database.get("ENGINE")) != "postgresql"
+        ):
+            continue
+        messages.append(
+            Warning(
+                f"DATABASES[{name!r}] opens a connection for every request and every job "
+                "(CONN_MAX_AGE is 0, Django's default, and it has no pool).",
+                hint=f'Keep them: DATABASES[{name!r}] |= {{"CONN_MAX_AGE": 600, '
+                '"CONN_HEALTH_CHECKS": True}, or OPTIONS {"pool": True}. See '
+                "docs/deployment.md#keeping-connections-open.",
+                id=CONNECTIONS_NOT_KEPT,
+            )
+        )
+    return messages
 
 
 def _vendor(engine: object) -> str | None:

@@ -20,12 +20,15 @@ CHECK_IDS = {f"django_eddyq.E00{number}" for number in range(1, 7)} | {
     "django_eddyq.W001",
     "django_eddyq.W002",
     "django_eddyq.W003",
+    "django_eddyq.W004",
 }
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No EDDYQ_* variable of the developer's shell, and no value cached across tests."""
+    """No EDDYQ_* variable of the developer's shell, and no value cached across tests; the
+    default database keeps its connections (the test project's does not, see W004 below)."""
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 600)
     for variable in list(os.environ):
         if variable.startswith("EDDYQ_"):
             monkeypatch.delenv(variable)
@@ -224,7 +227,11 @@ def test_database_that_is_not_postgresql(
 
 
 def test_database_may_be_another_postgresql_alias(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(settings.DATABASES, "jobs", {"ENGINE": "django.db.backends.postgresql"})
+    monkeypatch.setitem(
+        settings.DATABASES,
+        "jobs",
+        {"ENGINE": "django.db.backends.postgresql", "CONN_MAX_AGE": 600},
+    )
     monkeypatch.setenv("EDDYQ_DATABASE", "jobs")
     assert eddyq_messages() == []
 
@@ -272,6 +279,69 @@ def test_environment_variables_of_the_embedded_postgresql_are_not_reported(
 ) -> None:
     monkeypatch.setenv(variable, "x")
     assert eddyq_messages() == []
+
+
+# W004: connections not kept
+
+
+def test_a_database_that_reconnects_for_every_request_and_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 0)
+    message = only_message()
+    assert message.id == "django_eddyq.W004"
+    assert not message.is_serious()
+    assert message.msg == (
+        "DATABASES['default'] opens a connection for every request and every job "
+        "(CONN_MAX_AGE is 0, Django's default, and it has no pool)."
+    )
+    assert message.hint == (
+        """Keep them: DATABASES['default'] |= {"CONN_MAX_AGE": 600, "CONN_HEALTH_CHECKS": """
+        """True}, or OPTIONS {"pool": True}. See docs/deployment.md#keeping-connections-open."""
+    )
+
+
+def test_the_queue_s_own_database_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(
+        settings.DATABASES, "jobs", {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs"}
+    )
+    with override_settings(EDDYQ={"DATABASE": "jobs"}):
+        message = only_message()
+    assert message.id == "django_eddyq.W004"
+    assert message.msg.startswith("DATABASES['jobs'] opens a connection")
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        {"CONN_MAX_AGE": None},  # persistent
+        {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": True}},
+        {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": {"min_size": 2}}},
+    ],
+)
+def test_connections_kept_by_age_or_by_a_pool_pass(
+    monkeypatch: pytest.MonkeyPatch, kept: dict[str, object]
+) -> None:
+    database = {**settings.DATABASES["default"], **kept}
+    monkeypatch.setitem(settings.DATABASES, "default", database)
+    assert eddyq_messages() == []
+
+
+def test_no_warning_behind_a_transaction_pooler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LISTEN_NOTIFY off declares PgBouncer in transaction mode, which keeps the connections."""
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 0)
+    with override_settings(EDDYQ={"LISTEN_NOTIFY": False}):
+        assert eddyq_messages() == []
+
+
+def test_a_database_that_is_not_postgresql_is_left_to_its_own_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(
+        settings.DATABASES, "local", {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    )
+    with override_settings(EDDYQ={"DATABASE": "local"}):
+        assert [message.id for message in eddyq_messages()] == ["django_eddyq.E006"]
 
 
 # Documentation

@@ -371,6 +371,26 @@ def test_a_starting_worker_rescues_stale_jobs_first(run_burst_worker: RunWorker)
     assert stored.errors[0]["rescued_from"] == "gone:1:x"
 
 
+def test_a_burst_worker_runs_what_its_start_up_rescue_makes_due(
+    run_burst_worker: RunWorker,
+) -> None:
+    """The start-up rescue runs beside the first claim, not before it: a burst worker waits for
+    it, and runs a job it made due at once (no back-off) before it exits."""
+    job = jobs.record_execution.enqueue(0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE eddyq_jobs SET state = 'running', attempt = 1, locked_by = 'gone:1:x', "
+            "locked_until = now() - interval '1 second' WHERE id = %s",
+            [job.pk],
+        )
+    worker = run_burst_worker()
+    stored = refreshed(job)
+    assert stored.state == Job.State.COMPLETED
+    assert stored.attempt == 2
+    assert stored.errors[0]["rescued_from"] == "gone:1:x"
+    assert worker.finished == 1
+
+
 def test_stale_recovery_at_start_can_be_switched_off(run_burst_worker: RunWorker) -> None:
     job = jobs.add.enqueue(1, 2)
     Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, attempt=1, locked_by="gone:1:x")

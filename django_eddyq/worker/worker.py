@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -46,6 +47,10 @@ RECONNECT_FIRST_SECONDS = 0.5
 RECONNECT_MAX_SECONDS = 10.0
 # How a worker process ends when every one of its slots is stuck (EX_TEMPFAIL: start me again).
 STUCK_EXIT_CODE = 75
+# The longest the first claim holds back the start-up rescue and the election (see
+# Worker._start_deferred): a first claim that waits (on a lock, for a slow server) must not keep
+# the worker out of the election.
+DEFERRED_START_MAX_SECONDS = 1.0
 
 
 def make_worker_id() -> str:
@@ -113,6 +118,14 @@ class Worker(Loop):
             seen=self._registry_row,
         )
         self._drain_deadline: float | None = None
+        # What waits for the first claim (see _start_deferred): whether it has started (or
+        # never will: the worker stopped first), the timer that starts it if that claim is
+        # slow, the start-up rescue's thread and how many jobs it rescued.
+        self._deferred_lock = threading.RLock()  # RLock: stop() may run in a signal handler
+        self._deferred_started = False
+        self._deferred_timer: threading.Timer | None = None
+        self._recovery: threading.Thread | None = None
+        self._rescued_at_start = 0
         self._stopping_announced = False  # worker_stopping was sent
         # 0, or STUCK_EXIT_CODE once the worker gave up because every slot was stuck: the
         # process should exit with it (see run_in_this_process), to be replaced.
@@ -125,12 +138,12 @@ class Worker(Loop):
 
     # Lifecycle.
     def on_start(self) -> None:
+        """What the first claim needs: the tasks, the connection, the queues' limits, the
+        listener and the threads. The rest waits for it (see ``_start_deferred``)."""
         registry.discover()
         self._runner.connect()
         if eddyq_settings.QUEUES:
             apply_configured_limits()
-        if eddyq_settings.RECOVER_STALE_ON_START:
-            self._recover_stale()
         listener = Listener() if eddyq_settings.LISTEN_NOTIFY else None
         if listener is not None:
             listener.subscribe(sql.JOBS_CHANNEL, self._on_jobs_notification)
@@ -145,11 +158,15 @@ class Worker(Loop):
         if listener is not None:
             listener.start()
             self._listener = listener
-        if self.elector is not None:
-            self.elector.start()
         self._runner.start_thread()
         self._slots.start_threads()
         self._planner.start_heartbeats()
+        # The system checks' connection, if they opened one: this thread runs no statement of
+        # its own from here on, and an idle connection holds a server process.
+        connections[eddyq_settings.DATABASE].close()
+        self._deferred_timer = threading.Timer(DEFERRED_START_MAX_SECONDS, self._start_deferred)
+        self._deferred_timer.daemon = True
+        self._deferred_timer.start()
         logger.info(
             "eddyq worker %s started: queues %s, concurrency %d%s",
             self.id,
@@ -159,7 +176,36 @@ class Worker(Loop):
         )
         send(worker_started, type(self), worker=self)
 
+    def _start_deferred(self) -> None:
+        """Start, once, what the first claim need not wait for: the start-up rescue, on a
+        thread of its own, and the election (with the maintenance services of a leader), whose
+        connections and passes would otherwise compete with that claim for the server and this
+        process. Called once the first pass has committed and its jobs have started, or by the
+        timer after ``DEFERRED_START_MAX_SECONDS``, whichever comes first; never after a stop."""
+        with self._deferred_lock:
+            if self._deferred_started:
+                return
+            self._deferred_started = True
+            if eddyq_settings.RECOVER_STALE_ON_START:
+                self._recovery = threading.Thread(
+                    target=self._recover_stale, name="eddyq-recovery", daemon=True
+                )
+                self._recovery.start()
+            if self.elector is not None:
+                self.elector.start()
+
+    def _cancel_deferred(self) -> None:
+        """What has not started yet never will: the worker is stopping."""
+        with self._deferred_lock:
+            self._deferred_started = True
+
     def on_stop(self) -> None:
+        self._cancel_deferred()
+        if self._deferred_timer is not None:
+            self._deferred_timer.cancel()
+            self._deferred_timer.join()
+        if self._recovery is not None:
+            self._recovery.join()
         if self.elector is not None:
             self.elector.stop()
             self.elector.join()
@@ -175,6 +221,7 @@ class Worker(Loop):
         if self._drain_deadline is None:
             self._drain_deadline = time.monotonic() + self.shutdown_timeout
             self._announce_stopping()
+        self._cancel_deferred()
         # Leadership is handed over at once, not after the drain.
         if self.elector is not None:
             self.elector.stop()
@@ -197,6 +244,7 @@ class Worker(Loop):
         if within is not None:
             self._drain_deadline = time.monotonic() + within
         self._announce_stopping()
+        self._cancel_deferred()
         if self.elector is not None:
             self.elector.stop()
         super().stop()
@@ -206,10 +254,14 @@ class Worker(Loop):
 
     def run(self) -> None:
         self.on_start()
+        first_pass = True
         try:
             while True:
                 try:
                     self.run_once()
+                    if first_pass:
+                        first_pass = False
+                        self._start_deferred()
                 except DATABASE_UNREACHABLE as error:
                     self._reconnect(error)
                     continue
@@ -234,7 +286,7 @@ class Worker(Loop):
                     and (not self._slots.running or self._past_drain_deadline())
                 ):
                     break
-                if self.burst and self._planner.idle():
+                if self.burst and self._planner.idle() and not self._rescued_more():
                     break
                 self.wait(self._planner.next_wait(self._drain_deadline))
             self._announce_stopping()  # a burst worker's work is done
@@ -303,9 +355,23 @@ class Worker(Loop):
             self._pacing.jobs_notified = True
             self.wake()
 
+    def _rescued_more(self) -> bool:
+        """For a burst worker out of work: wait for the start-up rescue to end; True, once,
+        if it rescued jobs, which the worker then looks for (a job due again at once is
+        promoted and run, as if the rescue had come before the first claim)."""
+        if self._recovery is None:
+            return False
+        self._recovery.join()
+        self._recovery = None
+        if not self._rescued_at_start:
+            return False
+        self._pacing.jobs_notified = True
+        return True
+
     def _recover_stale(self) -> None:
-        """One rescue pass over all queues at start-up, leader or not; one that fails is
-        logged, and the worker starts anyway (the leader's rescuer will try again)."""
+        """One rescue pass over all queues at start-up, leader or not, on its own thread's
+        connection; one that fails is logged, and the worker works on (the leader's rescuer
+        will try again)."""
         try:
             rescued = Rescuer().run_once()
         except Exception:
@@ -315,6 +381,7 @@ class Worker(Loop):
             return
         finally:
             connections[eddyq_settings.DATABASE].close()
+        self._rescued_at_start = rescued
         if rescued:
             logger.info("eddyq worker %s: rescued %d stale jobs at start-up", self.id, rescued)
 

@@ -61,6 +61,12 @@ DATABASES = {"default": environ.Env.db_url_config(database_url())}
 if env("QUEUE_DATABASE_URL", default=""):
     DATABASES["queue"] = environ.Env.db_url_config(env("QUEUE_DATABASE_URL"))
 
+# Django's default CONN_MAX_AGE of 0, which django_eddyq.W004 advises against: the tests run
+# workers inside the test process, whose handler threads must not leave connections open past a
+# test, and the benchmarks measure what Django's default costs (benchmarks/connections.py).
+# DATABASE_URL's ?conn_max_age=600 keeps them (tests/faults/ does, for its workers).
+SILENCED_SYSTEM_CHECKS = ["django_eddyq.W004"]
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"

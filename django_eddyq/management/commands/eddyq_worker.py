@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -16,8 +16,10 @@ from django_eddyq.vocabulary import validate_positive_int, validate_queue_name
 from django_eddyq.worker import Worker, reloading
 from django_eddyq.worker.recycling import resident_mib
 from django_eddyq.worker.signals import handle_signals, stop_signal_actions
-from django_eddyq.worker.supervisor import Supervisor
 from django_eddyq.worker.worker import STUCK_EXIT_CODE, run_in_this_process
+
+if TYPE_CHECKING:
+    from django_eddyq.worker.supervisor import Supervisor
 
 
 def queue_list(value: str) -> list[str]:
@@ -175,6 +177,9 @@ class Command(BaseCommand):
             )
 
         if options["processes"] > 1:
+            # Imported only here: multiprocessing is a few milliseconds of a worker's start.
+            from django_eddyq.worker.supervisor import Supervisor
+
             self.supervise(
                 Supervisor(options["processes"], make_worker, after=report.worker_stopped),
                 options,
