@@ -11,8 +11,10 @@ Meanwhile a monitor polls, every 20 ms, the server processes of that database (t
 keeping the last reading of each: their sum is the CPU the server spent in the backends serving
 the drain. Not counted: the WAL writer, the checkpointer and autovacuum, which serve every
 database of the server at once (on a shared server, they also serve others). Also printed: the
-worker processes' own CPU (their rusage), jobs per second from spawn to the last completion, and
-how many of the monitor's samples found a backend waiting on a lock (claim contention).
+WAL the server wrote per job (``pg_current_wal_lsn()`` before and after: the whole server's, so
+an upper bound on a shared one), the worker processes' own CPU (their rusage), jobs per second
+from spawn to the last completion, and how many of the monitor's samples found a backend waiting
+on a lock (claim contention).
 """
 
 from __future__ import annotations
@@ -109,6 +111,9 @@ def drain(jobs: int, processes: int) -> dict[str, float]:
         f"postgresql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
         f"{settings['PORT']}/{settings['NAME']}"
     )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_lsn()")
+        wal_before = cursor.fetchone()[0]
     monitor = Monitor(url, settings["NAME"])
     monitor.baseline()
     monitor.start()
@@ -131,6 +136,8 @@ def drain(jobs: int, processes: int) -> dict[str, float]:
             " max(finalized_at)) FROM eddyq_jobs"
         )
         left, last = cursor.fetchone()
+        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [wal_before])
+        wal = float(cursor.fetchone()[0])
     if left:
         raise SystemExit(f"{left} jobs were not completed")
     worker = (after.children_user - before.children_user) + (
@@ -141,6 +148,7 @@ def drain(jobs: int, processes: int) -> dict[str, float]:
         "server_us": server / jobs * 1e6,
         "worker_us": worker / jobs * 1e6,
         "lock_waits": monitor.lock_waits,
+        "wal_bytes": wal / jobs,
     }
 
 
@@ -163,12 +171,16 @@ def main() -> None:
         f"{options.runs} (spawn → last completion; CPU per job: the server's backends of this "
         "database, the worker processes)"
     )
-    print(f"  {'processes':>9} {'jobs/s':>9} {'server µs/job':>14} {'worker µs/job':>14}")
+    print(
+        f"  {'processes':>9} {'jobs/s':>9} {'server µs/job':>14} {'worker µs/job':>14}"
+        f" {'WAL bytes/job':>14}"
+    )
     for count, runs in results.items():
         print(
             f"  {count:>9} {statistics.median(r['rate'] for r in runs):>9,.0f}"
             f" {statistics.median(r['server_us'] for r in runs):>14,.0f}"
             f" {statistics.median(r['worker_us'] for r in runs):>14,.0f}"
+            f" {statistics.median(r['wal_bytes'] for r in runs):>14,.0f}"
         )
     waits = "; ".join(f"{c}: {[r['lock_waits'] for r in runs]}" for c, runs in results.items())
     print(f"  ({os.cpu_count()} CPUs; samples of a backend waiting on a lock, by run: {waits})")
