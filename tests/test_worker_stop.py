@@ -43,6 +43,24 @@ def test_stop_closes_the_event_loop(run_burst_worker: RunWorker) -> None:
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
+def test_the_handler_threads_close_their_connections_as_they_end(
+    run_burst_worker: RunWorker, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kept open between jobs, as django_eddyq.W004 advises: only a thread's end closes them.
+    monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 600)
+    for label in "abcd":
+        jobs.record.enqueue(label)
+    gc.collect()  # what earlier tests left, so that only this worker's threads are recorded
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        threads = run_burst_worker(concurrency=4)._slots._threads
+        wait_for(lambda: not any(thread.is_alive() for thread in threads))
+        gc.collect()
+    assert Job.objects.filter(state=Job.State.COMPLETED).count() == 4
+    # A connection dropped unclosed warns as it is deleted.
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
 def test_stop_cancels_the_async_handlers_left_and_closes_the_loop(fast_settings: None) -> None:
     job = jobs.async_waits.enqueue(60)
     worker = Worker(concurrency=1, shutdown_timeout=0.2, maintenance=False)

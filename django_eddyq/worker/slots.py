@@ -16,6 +16,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from django.db import connections
+
 from django_eddyq import current, metrics, registry, tracing
 from django_eddyq.exceptions import TaskNotFound
 from django_eddyq.signals import job_started, send
@@ -354,6 +356,10 @@ class Slots:
                 running = self._work.get()
                 connections_checked = False
             if running is None:
+                # Django opens a connection per thread and never closes one whose thread
+                # ended: without this, each stopped worker leaves a server backend behind
+                # until the garbage collector happens upon it.
+                connections.close_all()
                 return
             if self._ready.pop(running.job.id, None) is None:
                 continue  # taken back before it started: stopping, cancelled, lease lost
