@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from demo.models import Execution
 from django_eddyq.models import Job, WorkerProcess
+from django_eddyq.worker import Worker, pacing
 from django_eddyq.worker.recycling import Recycling, resident_mib
 from tests import jobs
 from tests.processes import MANAGE, StartWorker, children_of, wait_for
@@ -47,6 +49,24 @@ def test_running_jobs_end_before_a_recycled_worker_exits(
     process = start_worker("--max-jobs", "1", "--shutdown-timeout", "0.2")
     assert process.wait(60) == 0
     assert Job.objects.get(pk=slow.pk).state == Job.State.COMPLETED
+
+
+def test_a_recycled_worker_runs_the_jobs_it_claimed_ahead(
+    fast_settings: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Quick jobs first, so that the worker claims ahead (generously here); then slower ones,
+    # which wait in its queue for a slot longer than a stopping worker would let them.
+    monkeypatch.setattr(pacing, "CLAIM_AHEAD_SECONDS", 0.5)
+    jobs.sleep.enqueue_many([(0.001,)] * 4)
+    jobs.sleep.enqueue_many([(0.06,)] * 12)
+    worker = Worker(concurrency=2, max_jobs=16, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert worker.recycled is not None
+    assert worker._planner.handed_back == 0
+    assert Job.objects.filter(state=Job.State.COMPLETED).count() == 16
 
 
 def test_the_supervisor_replaces_each_child_that_took_its_max_jobs(

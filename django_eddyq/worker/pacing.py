@@ -17,8 +17,8 @@ CLAIM_AHEAD_SECONDS = 0.02
 # slot meanwhile) goes back to the queue.
 CLAIM_AHEAD_FACTOR = 10
 READY_MAX_WAIT_SECONDS = 1.0
-# When stopping, a job not started this long after it was queued goes back at once: a free
-# thread takes a queued job up within a moment, so it is waiting for a slot.
+# When told to stop (not when recycled), a job not started this long after it was queued goes
+# back at once: a free thread takes a queued job up within a moment, so it is waiting for a slot.
 STOPPING_READY_MAX_WAIT_SECONDS = 0.05
 # How much each finished job moves the average run time (an exponential moving average).
 RUN_TIME_WEIGHT = 0.2
@@ -91,9 +91,10 @@ class Pacing:
         self.run_seconds = None
 
 
-def ready_max_wait(stopping: bool) -> float:
-    """How long a job claimed ahead may wait for a slot before it goes back to the queue."""
-    return STOPPING_READY_MAX_WAIT_SECONDS if stopping else READY_MAX_WAIT_SECONDS
+def ready_max_wait(hurried: bool) -> float:
+    """How long a job claimed ahead may wait for a slot before it goes back to the queue:
+    ``hurried``, when the worker was told to stop."""
+    return STOPPING_READY_MAX_WAIT_SECONDS if hurried else READY_MAX_WAIT_SECONDS
 
 
 def claim_limit(room: int) -> int:

@@ -45,6 +45,7 @@ class Planner:
         burst: bool,
         interval: Callable[[], float],
         stopping: Callable[[], bool],
+        hurried: Callable[[], bool],
         runner: PassRunner,
         slots: Slots,
         pacing: Pacing,
@@ -58,6 +59,9 @@ class Planner:
         self.burst = burst
         self._interval = interval  # the worker's poll interval
         self._stopping = stopping  # whether the worker is stopping: then it claims no more
+        # Whether it was told to stop, not only to make way for a fresh process: then the jobs
+        # it claimed ahead go back at once instead of running first.
+        self._hurried = hurried
         self._runner = runner
         self._slots = slots
         self._pacing = pacing
@@ -90,7 +94,7 @@ class Planner:
         slots = self._slots
         self._to_write += slots.apply_cancel_requests()
         self._to_write += slots.collect_finished()
-        self._to_write += slots.return_ready(waited=ready_max_wait(self._stopping()))
+        self._to_write += slots.return_ready(waited=ready_max_wait(self._hurried()))
         self._to_write += slots.check_deadlines()
         done = self._committed_pass()
         if self._runner.in_flight is None and (planned := self._plan()) is not None:
@@ -340,7 +344,7 @@ class Planner:
                 wait = min(wait, max(self._pacing.next_poll - now, 0.0))
             if stopping and drain_deadline is not None:
                 wait = min(wait, max(drain_deadline - now, 0.0))
-        return min(wait, self._slots.next_wait(now, ready_max_wait(stopping)))
+        return min(wait, self._slots.next_wait(now, ready_max_wait(self._hurried())))
 
 
 def log_outcome(outcome: Outcome, *, written: bool, worker_id: str) -> None:

@@ -110,6 +110,7 @@ class Worker(Loop):
             burst=burst,
             interval=self.interval,
             stopping=self._stopping.is_set,
+            hurried=lambda: self._hurried,
             runner=self._runner,
             slots=self._slots,
             pacing=self._pacing,
@@ -118,6 +119,8 @@ class Worker(Loop):
             seen=self._registry_row,
         )
         self._drain_deadline: float | None = None
+        # Told to stop (not recycled, which runs what it claimed ahead before it stops).
+        self._hurried = False
         # What waits for the first claim (see _start_deferred): whether it has started (or
         # never will: the worker stopped first), the timer that starts it if that claim is
         # slow, the start-up rescue's thread and how many jobs it rescued.
@@ -217,7 +220,9 @@ class Worker(Loop):
         logger.info("eddyq worker %s stopped after %d jobs", self.id, self.processed)
 
     def stop(self) -> None:
-        """Stop claiming; running jobs get ``shutdown_timeout`` seconds to finish."""
+        """Stop claiming; running jobs get ``shutdown_timeout`` seconds to finish, and those
+        claimed ahead that no handler has started go back at once."""
+        self._hurried = True
         if self._drain_deadline is None:
             self._drain_deadline = time.monotonic() + self.shutdown_timeout
             self._announce_stopping()
