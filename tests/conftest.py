@@ -17,6 +17,17 @@ FAST_SETTINGS: dict[str, Any] = {
     "STALE_AFTER": "5s",
 }
 
+# Fixtures that start real worker processes.
+WORKER_PROCESS_FIXTURES = frozenset({"start_worker", "fleet"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts worker processes is marked ``processes``, however it starts them:
+    CI's runs on the other Python and Django pairs leave those out."""
+    for item in items:
+        if WORKER_PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
+
 
 @pytest.fixture
 def fast_settings() -> Iterator[None]:

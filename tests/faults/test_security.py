@@ -97,8 +97,9 @@ def root_name(node: ast.expr) -> str:
 def test_nothing_unpickles_or_evaluates() -> None:
     found = []
     for path in modules():
+        module = relative(path)
         for node in ast.walk(parsed(path)):
-            where = f"{relative(path)}:{getattr(node, 'lineno', 0)}"
+            where = f"{module}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Import):
                 names = {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom):
@@ -317,13 +318,14 @@ def called_name(call: ast.Call) -> str:
 
 def enclosing(tree: ast.Module, node: ast.AST) -> Function | None:
     line = getattr(node, "lineno", 0)
-    inside = [
-        f
-        for f in ast.walk(tree)
-        if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
-        and f.lineno <= line <= (f.end_lineno or f.lineno)
-    ]
+    inside = [f for f in functions_in(tree) if f.lineno <= line <= (f.end_lineno or f.lineno)]
     return max(inside, key=lambda f: f.lineno) if inside else None
+
+
+@functools.cache
+def functions_in(tree: ast.Module) -> list[Function]:
+    """The module's functions, methods and nested functions: walked once, not once per call."""
+    return [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
 @functools.cache
