@@ -7,6 +7,7 @@
     python benchmarks/run.py --limits         # + what bounds enqueue_many and the drain
     python benchmarks/run.py --soak 1000000   # + a million jobs through one worker: dead
                                               #   tuples and the worker's RSS over time
+    python benchmarks/run.py --subjects none --soak 1000000 --soak-concurrency 100
     python benchmarks/run.py --subjects none --plans     # only the plans
     python benchmarks/run.py --servers        # all of it on DATABASE_URL's server, then on
                                               #   the embedded PostgreSQL 18: two tables
@@ -908,7 +909,12 @@ def flow_steady_rows(eddyq: Subject | None) -> list[tuple[str, list[tuple[str, s
 
 
 def run_soak(
-    server: str, sizes: dict[str, Any], jobs: int, log_dir: Path, eddyq: Subject
+    server: str,
+    sizes: dict[str, Any],
+    jobs: int,
+    concurrency: int,
+    log_dir: Path,
+    eddyq: Subject,
 ) -> dict[str, Any]:
     url = common.recreate_database(server, common.bench_database("soak"))
     env = environment(eddyq, url)
@@ -917,6 +923,7 @@ def run_soak(
         "soak",
         {
             "jobs": jobs,
+            "concurrency": concurrency,
             "chunk": sizes["chunk"],
             "log_dir": str(log_dir),
             "sample_every": sizes["sample_every"],
@@ -935,7 +942,8 @@ def render_soak(soak: dict[str, Any]) -> str:
         return f"\nSoak: failed: {soak['error']}"
     lines = [
         "",
-        f"Soak: {soak['jobs']:,} jobs through one worker (--concurrency 10) in "
+        f"Soak: {soak['jobs']:,} jobs through one worker "
+        f"(--concurrency {soak.get('concurrency', 10)}) in "
         f"{soak['seconds']:.0f}s ({soak['rate']:,.0f} jobs/s), enqueue_many of "
         f"{soak['chunk']:,} while the backlog is under {soak['backlog']:,}",
         f"  {'time':>6} {'done':>10} {'live tuples':>12} {'dead tuples':>12} {'table+idx':>10}"
@@ -1034,6 +1042,13 @@ def main() -> None:
         "--limits", action="store_true", help="COPY floors of eddyq_jobs; drain start-up"
     )
     parser.add_argument("--soak", type=int, metavar="N", help="N jobs through one worker")
+    parser.add_argument(
+        "--soak-concurrency",
+        type=int,
+        default=10,
+        metavar="C",
+        help="the soak's worker's --concurrency (default 10)",
+    )
     parser.add_argument(
         "--servers",
         action="store_true",
@@ -1164,7 +1179,9 @@ def run_on_server(
         extras["limits"] = run_limits(server, sizes, log_dir, runs, eddyq_subject)
     if args.soak:
         log(f"soak: {args.soak:,} jobs")
-        extras["soak"] = run_soak(server, sizes, args.soak, log_dir, eddyq_subject)
+        extras["soak"] = run_soak(
+            server, sizes, args.soak, args.soak_concurrency, log_dir, eddyq_subject
+        )
 
     return {
         "stamp": stamp,

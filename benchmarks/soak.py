@@ -1,11 +1,12 @@
 """Soak: many jobs through one long-running worker; the table's health and the worker's memory.
 
-One ``manage.py eddyq_worker --concurrency 10`` runs throughout (not ``--burst``: one process, so
-its memory tells whether anything accumulates per job). This process tops the queue up with
-``enqueue_many`` of ``chunk`` jobs whenever fewer than ``backlog`` wait, until ``jobs`` have been
-enqueued, then waits for the last to complete. Every ``sample_every`` seconds it records jobs
-done, live and dead tuples of ``eddyq_jobs`` (``pg_stat_user_tables``), the table's size with
-its indexes, how many times autovacuum has run on it, and the worker's ``VmRSS``.
+One ``manage.py eddyq_worker`` (``concurrency`` from the config, 10 by default) runs throughout
+(not ``--burst``: one process, so its memory tells whether anything accumulates per job). This
+process tops the queue up with ``enqueue_many`` of ``chunk`` jobs whenever fewer than ``backlog``
+wait, until ``jobs`` have been enqueued, then waits for the last to complete. Every
+``sample_every`` seconds it records jobs done, live and dead tuples of ``eddyq_jobs``
+(``pg_stat_user_tables``), the table's size with its indexes, how many times autovacuum has run
+on it, and the worker's ``VmRSS``.
 
 Completed jobs stay (RETENTION keeps them 24 hours), so the table ends with ``jobs`` rows: what
 must stay bounded is the dead tuples left by each job's claim and finish, not the live ones.
@@ -36,7 +37,10 @@ def soak(config: dict[str, Any]) -> dict[str, Any]:
     backlog = config.get("backlog", 2 * chunk)
     every = config.get("sample_every", 5.0)
     log = Path(config["log_dir"]) / f"soak-worker-{time.time():.0f}.log"
-    worker = common.WorkerProcess(queue.worker_argv("serve", {"concurrency": 10}), queue.env, log)
+    concurrency = config.get("concurrency", 10)
+    worker = common.WorkerProcess(
+        queue.worker_argv("serve", {"concurrency": concurrency}), queue.env, log
+    )
     samples: list[dict[str, Any]] = []
     started = time.monotonic()
     next_sample = started
@@ -86,6 +90,7 @@ def soak(config: dict[str, Any]) -> dict[str, Any]:
     warm = [s for s in samples if s["done"] >= min(jobs // 20, 50_000)] or samples
     return {
         "jobs": jobs,
+        "concurrency": concurrency,
         "completed": completed,
         "reloptions": reloptions,
         "chunk": chunk,
