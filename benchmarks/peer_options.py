@@ -3,6 +3,7 @@
     python -m benchmarks.peer_options pgqueuer              # every candidate, one round each
     python -m benchmarks.peer_options pgqueuer --rounds 3   # median of 3 interleaved rounds
     python -m benchmarks.peer_options procrastinate --drain 10000 --single 1000
+    python -m benchmarks.peer_options pgqueuer --where driver=asyncpg,uvloop=True --rounds 3
 
 Each candidate of the peer's ``CANDIDATES`` (benchmarks/peers/<peer>.py) gets a fresh database
 (``<BENCH_DATABASE_PREFIX>_<peer>``), its schema installed with those options, and the scenarios
@@ -113,11 +114,25 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=10_000, help="jobs drained")
     parser.add_argument("--rounds", type=int, default=1, help="rounds (median taken)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per scenario")
+    parser.add_argument(
+        "--where",
+        metavar="KEY=VALUE,...",
+        help="only the candidates with these options (values as printed, e.g. uvloop=True)",
+    )
     parser.add_argument("--json", type=Path, help="also write every round's figures here")
     args = parser.parse_args()
 
     module = importlib.import_module(f"benchmarks.peers.{args.peer}")
     candidates: list[dict[str, Any]] = getattr(module, "CANDIDATES", [module.OPTIONS["best"]])
+    if args.where:
+        wanted = dict(pair.split("=", 1) for pair in args.where.split(","))
+        candidates = [
+            options
+            for options in candidates
+            if all(str(options.get(key)) == value for key, value in wanted.items())
+        ]
+        if not candidates:
+            raise SystemExit(f"no candidate has {args.where}")
     sizes = {
         "single": args.single,
         "many": args.many,

@@ -48,7 +48,7 @@ MODULE = "benchmarks.peers.pgqueuer"
 #: Option sets by name (``run.py --peer-options``): the library's defaults, and its best.
 OPTIONS: dict[str, dict[str, Any]] = {
     "defaults": {"driver": "psycopg", "uvloop": False, "batch_size": 10, "autovac": False},
-    "best": {"driver": "asyncpg", "uvloop": True, "batch_size": 500, "autovac": True},
+    "best": {"driver": "asyncpg", "uvloop": True, "batch_size": 1000, "autovac": True},
 }
 #: What ``benchmarks/peer_options.py`` tries, to choose "best".
 CANDIDATES: list[dict[str, Any]] = [
