@@ -344,9 +344,9 @@ def sections(sizes: dict[str, Any], by_key: dict[str, Subject]) -> list[Section]
                 Row("eddyq", "drain_p2", "django-eddyq     --processes 2 --concurrency 10"),
                 Row("raw", "claim_batch100", "raw psycopg      claim + complete, batch 100"),
                 Row("raw", "claim_batch1", "raw psycopg      claim + complete, batch 1"),
-                Row("procrastinate", "drain", "Procrastinate    run_worker(concurrency=10)"),
+                Row("procrastinate", "drain", "Procrastinate    run_worker()"),
                 Row("pgqueuer", "drain", "PgQueuer         QueueManager.run(drain)"),
-                Row("chancy", "drain", "Chancy           Worker, AsyncExecutor, concurrency 10"),
+                Row("chancy", "drain", "Chancy           Worker, AsyncExecutor"),
                 Row(
                     "django_tasks_db",
                     "drain",

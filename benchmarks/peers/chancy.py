@@ -38,10 +38,10 @@ NOOP = Job(func=f"{MODULE}.noop")
 #: Option sets by name (``run.py --peer-options``): the defaults used here, and the best.
 OPTIONS: dict[str, dict[str, Any]] = {
     "defaults": {"concurrency": 10},
-    "best": {"concurrency": 10},
+    "best": {"concurrency": 100},
 }
 #: What ``benchmarks/peer_options.py`` tries, to choose "best".
-CANDIDATES: list[dict[str, Any]] = [{"concurrency": n} for n in (10, 30, 100)]
+CANDIDATES: list[dict[str, Any]] = [{"concurrency": n} for n in (10, 30, 100, 300)]
 
 
 async def noop() -> None:

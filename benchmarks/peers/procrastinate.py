@@ -36,7 +36,7 @@ MODULE = "benchmarks.peers.procrastinate"
 #: Option sets by name (``run.py --peer-options``): the library's defaults, and its best.
 OPTIONS: dict[str, dict[str, Any]] = {
     "defaults": {"concurrency": 10, "pool_max_size": None},
-    "best": {"concurrency": 10, "pool_max_size": None},
+    "best": {"concurrency": 30, "pool_max_size": None},
 }
 #: What ``benchmarks/peer_options.py`` tries, to choose "best".
 CANDIDATES: list[dict[str, Any]] = [
