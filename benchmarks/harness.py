@@ -243,6 +243,17 @@ def _latency_file() -> Iterator[Path]:
 # A subject process's round
 
 
+def chosen_options(
+    option_sets: dict[str, dict[str, Any]], config: dict[str, Any]
+) -> dict[str, Any]:
+    """A peer's options for a setup or round: ``config["options"]`` when given (a candidate of
+    benchmarks/peer_options.py), otherwise its set named ``config["peer_options"]``, "best"
+    unless told."""
+    if "options" in config:
+        return dict(config["options"])
+    return dict(option_sets[config.get("peer_options", "best")])
+
+
 def guarded(results: dict[str, Any], key: str, measure: Any, *args: Any, **kwargs: Any) -> None:
     """Store ``measure(...)`` under ``key``, or ``{"error": ...}`` if it fails."""
     try:

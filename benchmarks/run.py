@@ -11,6 +11,8 @@
     python benchmarks/run.py --subjects none --plans     # only the plans
     python benchmarks/run.py --servers        # all of it on DATABASE_URL's server, then on
                                               #   the embedded PostgreSQL 18: two tables
+    python benchmarks/run.py --peer-options defaults   # the peers at their defaults, not at
+                                                       #   their best (benchmarks/peers/)
 
 PostgreSQL is ``DATABASE_URL``'s server when set, otherwise a throw-away embedded cluster
 started with durable settings (fsync and synchronous_commit on) and removed at the end. Every
@@ -91,6 +93,7 @@ class Subject:
     many_limit: int | None = None
     status: str = "ok"
     version: str | None = None
+    options: dict[str, Any] | None = None  # for peers: the option set they ran with
     rounds: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -147,22 +150,29 @@ def environment(subject: Subject, url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def prepare(subject: Subject, server: str, timeout: float) -> None:
+def prepare(subject: Subject, server: str, timeout: float, peer_options: str) -> None:
     if subject.import_name and importlib.util.find_spec(subject.import_name) is None:
         subject.status = 'not installed (pip install -e ".[bench]")'
         return
     subject.version = common.version(subject.distribution) if subject.distribution else None
     url = common.recreate_database(server, common.bench_database(_db_suffix(subject)))
-    outcome = common.run_subject(subject.module, "setup", {}, environment(subject, url), timeout)
+    config = {"peer_options": peer_options}
+    outcome = common.run_subject(
+        subject.module, "setup", config, environment(subject, url), timeout
+    )
     if outcome.error:
         subject.status = f"failed: setup: {outcome.error}"
+    elif outcome.result is not None:
+        subject.options = outcome.result.get("options")
 
 
 def _db_suffix(subject: Subject) -> str:
     return "" if subject.key == "eddyq" else subject.key
 
 
-def round_config(subject: Subject, sizes: dict[str, Any], log_dir: Path) -> dict[str, Any]:
+def round_config(
+    subject: Subject, sizes: dict[str, Any], log_dir: Path, peer_options: str = "best"
+) -> dict[str, Any]:
     config = {
         key: sizes[key]
         for key in (
@@ -183,12 +193,15 @@ def round_config(subject: Subject, sizes: dict[str, Any], log_dir: Path) -> dict
         config["many"] = min(config["many"], subject.many_limit)
     config["log_dir"] = str(log_dir)
     config["timeout"] = sizes["timeout"]
+    config["peer_options"] = peer_options
     return config
 
 
-def run_round(subject: Subject, server: str, sizes: dict[str, Any], log_dir: Path) -> None:
+def run_round(
+    subject: Subject, server: str, sizes: dict[str, Any], log_dir: Path, peer_options: str
+) -> None:
     url = common.database_url(server, common.bench_database(_db_suffix(subject)))
-    config = round_config(subject, sizes, log_dir)
+    config = round_config(subject, sizes, log_dir, peer_options)
     outcome = common.run_subject(
         subject.module, "round", config, environment(subject, url), sizes["timeout"] * 4
     )
@@ -332,9 +345,9 @@ def sections(sizes: dict[str, Any], by_key: dict[str, Subject]) -> list[Section]
                 Row("eddyq", "drain_p2", "django-eddyq     --processes 2 --concurrency 10"),
                 Row("raw", "claim_batch100", "raw psycopg      claim + complete, batch 100"),
                 Row("raw", "claim_batch1", "raw psycopg      claim + complete, batch 1"),
-                Row("procrastinate", "drain", "Procrastinate    run_worker(concurrency=10)"),
+                Row("procrastinate", "drain", "Procrastinate    run_worker()"),
                 Row("pgqueuer", "drain", "PgQueuer         QueueManager.run(drain)"),
-                Row("chancy", "drain", "Chancy           Worker, AsyncExecutor, concurrency 10"),
+                Row("chancy", "drain", "Chancy           Worker, AsyncExecutor"),
                 Row(
                     "django_tasks_db",
                     "drain",
@@ -970,6 +983,7 @@ def report(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     for key, saved in document["subjects"].items():
         subject = next(iter(subjects({key})), None) or Subject(key, "", saved["label"])
         subject.status, subject.version = saved["status"], saved["version"]
+        subject.options = saved.get("options")
         subject.rounds = saved["rounds"]
         by_key[key] = subject
     postgres = document["postgres"]
@@ -989,6 +1003,13 @@ def report(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     )
     if versions:
         header.append(f"Peers: {versions}")
+    configured = "; ".join(
+        f"{s.label} " + ", ".join(f"{k}={v}" for k, v in s.options.items())
+        for s in by_key.values()
+        if s.options
+    )
+    if configured:
+        header.append(f"Peer options ({document.get('peer_options', 'defaults')}): {configured}")
     extra_rows = []
     retained = extras.get("retained")
     if retained:
@@ -1053,6 +1074,13 @@ def main() -> None:
         "--servers",
         action="store_true",
         help="run everything on DATABASE_URL's server, then on an embedded PostgreSQL 18",
+    )
+    parser.add_argument(
+        "--peer-options",
+        choices=["best", "defaults"],
+        default="best",
+        help="the peers' option sets (OPTIONS in benchmarks/peers/<peer>.py): their best "
+        "documented configuration (default), or their defaults",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
@@ -1156,19 +1184,19 @@ def run_on_server(
     # The main database always exists: the retained comparison drains it as the empty table.
     common.recreate_database(server, common.bench_database())
     for subject in chosen:
-        prepare(subject, server, sizes["timeout"])
+        prepare(subject, server, sizes["timeout"], args.peer_options)
         log(
             f"{subject.label}: {subject.status}"
             + (f" ({subject.version})" if subject.version else "")
         )
     if "eddyq" not in by_key and (args.retained or args.plans or args.limits or args.soak):
-        prepare(eddyq_subject, server, sizes["timeout"])
+        prepare(eddyq_subject, server, sizes["timeout"], args.peer_options)
 
     for number in range(1, runs + 1):
         for subject in chosen:
             if subject.status == "ok":
                 log(f"round {number}/{runs}: {subject.label}")
-                run_round(subject, server, sizes, log_dir)
+                run_round(subject, server, sizes, log_dir, args.peer_options)
 
     extras: dict[str, Any] = {}
     if args.retained:
@@ -1191,8 +1219,15 @@ def run_on_server(
         "quick": args.quick,
         "runs": runs,
         "sizes": sizes,
+        "peer_options": args.peer_options,
         "subjects": {
-            s.key: {"label": s.label, "version": s.version, "status": s.status, "rounds": s.rounds}
+            s.key: {
+                "label": s.label,
+                "version": s.version,
+                "status": s.status,
+                "options": s.options,
+                "rounds": s.rounds,
+            }
             for s in chosen
         },
         "medians": {

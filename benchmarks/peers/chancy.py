@@ -1,7 +1,7 @@
 """Chancy (https://tkte.ch/chancy/) as a benchmark subject.
 
 Set up per its docs: ``await chancy.migrate()``, then one queue declared with
-``Queue("default", concurrency=10, executor=Chancy.Executor.Async, eager_polling=True,
+``Queue("default", concurrency=<concurrency>, executor=Chancy.Executor.Async, eager_polling=True,
 polling_interval=1)`` — async no-op jobs on its asyncio executor (its default, a process pool,
 is meant for CPU-bound work), polling again as soon as a job ends instead of after the interval
 (without it a drain fetches ten jobs per interval). Its default plugins stay on. Enqueued with
@@ -11,6 +11,12 @@ is meant for CPU-bound work), polling again as soon as a job ends instead of aft
 
 Chancy has no burst mode: a drain ends when polling sees no pending or running job. A worker
 sends finished jobs' updates in batches about once a second, so that is when they are durable.
+
+The options (``OPTIONS``): ``concurrency``, the jobs a worker runs at once from the queue, the
+one throughput setting of a ``Queue`` (the executor and eager polling above are already the
+docs' choice for short async jobs; ``Queue``'s docstring, tkte.ch/chancy). "defaults" is 10, as
+django-eddyq's reference row; ``"best"`` is the fastest drain that
+``python -m benchmarks.peer_options chancy`` measured among ``CANDIDATES``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ from benchmarks import common, harness
 
 MODULE = "benchmarks.peers.chancy"
 NOOP = Job(func=f"{MODULE}.noop")
+
+#: Option sets by name (``run.py --peer-options``): the defaults used here, and the best.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "defaults": {"concurrency": 10},
+    "best": {"concurrency": 100},
+}
+#: What ``benchmarks/peer_options.py`` tries, to choose "best".
+CANDIDATES: list[dict[str, Any]] = [{"concurrency": n} for n in (10, 30, 100, 300)]
 
 
 async def noop() -> None:
@@ -50,8 +64,9 @@ class ChancySubject(harness.Subject):
     worker_exits = False
     tables = ("chancy_jobs",)
 
-    def __init__(self, url: str, env: dict[str, str]) -> None:
+    def __init__(self, url: str, env: dict[str, str], options: dict[str, Any]) -> None:
         super().__init__(url, env)
+        self.options = options
         self.loop = asyncio.new_event_loop()
         self.chancy = app()
         self.loop.run_until_complete(self.chancy.__aenter__())
@@ -67,7 +82,7 @@ class ChancySubject(harness.Subject):
             await self.chancy.declare(
                 Queue(
                     "default",
-                    concurrency=10,
+                    concurrency=self.options["concurrency"],
                     executor=Chancy.Executor.Async,
                     polling_interval=1,
                     eager_polling=True,
@@ -123,19 +138,20 @@ def worker(config: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def subject() -> ChancySubject:
-    return ChancySubject(os.environ["DATABASE_URL"], dict(os.environ))
+def subject(config: dict[str, Any]) -> ChancySubject:
+    options = harness.chosen_options(OPTIONS, config)
+    return ChancySubject(os.environ["DATABASE_URL"], dict(os.environ), options)
 
 
 def setup(config: dict[str, Any]) -> dict[str, Any]:
-    queue = subject()
+    queue = subject(config)
     queue.setup()
     queue.close()
-    return {"ok": True}
+    return {"ok": True, "options": queue.options}
 
 
 def run_round(config: dict[str, Any]) -> dict[str, Any]:
-    return harness.standard_round(subject(), config)
+    return harness.standard_round(subject(config), config)
 
 
 if __name__ == "__main__":

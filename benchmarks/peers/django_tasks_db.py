@@ -7,6 +7,10 @@ Enqueued with ``task.enqueue()``; ``django.tasks`` has no bulk API, so "many" is
 a loop inside one ``transaction.atomic()``. The worker is ``manage.py db_worker`` at its defaults
 (one task at a time, 1 s polling interval) but for ``--no-startup-delay``; with ``--batch`` for a
 drain (it exits once no task is left). ``finished_at`` is the completion time.
+
+No options (``OPTIONS`` has empty sets): ``db_worker`` documents no setting for throughput. It
+runs one task at a time; its other flags choose queues and a backend, the polling interval
+(which a ``--batch`` worker with tasks waiting does not sleep), a task limit and reloading.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from benchmarks import common, harness
 
 SETTINGS = "benchmarks.peers.django_tasks_db_settings"
 TABLE = "django_tasks_database_dbtaskresult"
+
+#: Option sets by name (``run.py --peer-options``): none to choose.
+OPTIONS: dict[str, dict[str, Any]] = {"defaults": {}, "best": {}}
 
 
 def setup_django() -> None:
@@ -93,7 +100,7 @@ def setup(config: dict[str, Any]) -> dict[str, Any]:
     queue = subject()
     queue.setup()
     queue.close()
-    return {"ok": True}
+    return {"ok": True, "options": harness.chosen_options(OPTIONS, config)}
 
 
 def run_round(config: dict[str, Any]) -> dict[str, Any]:
