@@ -106,3 +106,16 @@ def test_a_worker_whose_every_slot_is_stuck_stops_with_an_exit_code(
     ]
     assert f"worker {worker.id}: all 1 of its slots are held by handlers" in error
     assert f"job {stuck.pk} (tests.jobs.never_returns)" in error
+
+
+class TakenWhileRead(dict[int, Any]):
+    """A queue of jobs that a handler thread empties between a check and a read."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def test_the_wait_survives_a_handler_taking_the_last_queued_job_meanwhile() -> None:
+    worker = Worker(concurrency=1, maintenance=False)
+    worker._slots._ready = TakenWhileRead()
+    assert worker._slots.next_wait(now=0.0, ready_max_wait=1.0) == float("inf")

@@ -277,9 +277,10 @@ class Slots:
         """Seconds until a queued job has waited too long, a handler times out, or one that
         timed out counts as stuck (infinite: none of these)."""
         wait = float("inf")
-        if self._ready:
-            oldest = next(iter(self._ready.values())).queued_at
-            wait = max(oldest + ready_max_wait - now, 0.0)
+        # Read in one step: a handler thread may take the last queued job between a check of
+        # the dict and a read of it.
+        if ready := list(self._ready.values()):
+            wait = max(ready[0].queued_at + ready_max_wait - now, 0.0)
         for running in self.running.values():
             if running.deadline is not None and not running.settled:
                 wait = min(wait, max(running.deadline - now, 0.0))
