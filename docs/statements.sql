@@ -286,8 +286,7 @@ SET state = 'running',
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE job.id = picked.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
@@ -312,8 +311,7 @@ SET state = 'running',
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE job.id = picked.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
@@ -338,8 +336,7 @@ SET state = 'running',
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE job.id = picked.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
@@ -364,8 +361,7 @@ SET state = 'running',
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE job.id = picked.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
@@ -390,8 +386,7 @@ SET state = 'running',
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE job.id = picked.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
@@ -416,8 +411,7 @@ SET state = 'running',
     heartbeat_at = now(),
     locked_by = %(worker_id)s,
     locked_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE job.id = picked.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING job.id, job.task, job.args, job.kwargs, job.queue, job.priority,
           extract(epoch FROM job.run_at)::float8, job.attempt, job.max_attempts, job.batch_id,
           job.metadata, extract(epoch FROM job.created_at)::float8
@@ -1408,7 +1402,8 @@ WITH outcome AS (
         locked_by = NULL,
         locked_until = NULL
     FROM outcome
-    WHERE job.id = outcome.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM outcome))
+      AND job.id = outcome.id
       AND (job.state = 'running') IS TRUE
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
@@ -1469,7 +1464,8 @@ WITH outcome AS (
         locked_by = NULL,
         locked_until = NULL
     FROM outcome
-    WHERE job.id = outcome.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM outcome))
+      AND job.id = outcome.id
       AND (job.state = 'running') IS TRUE
       AND job.locked_by = %(worker_id)s
       AND job.attempt = outcome.attempt
@@ -1561,7 +1557,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
     UPDATE eddyq_jobs AS job SET state = 'available'
-    FROM due WHERE job.id = due.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING job.queue, job.state
 )
 SELECT count(*), (
@@ -1582,7 +1578,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
     UPDATE eddyq_jobs AS job SET state = 'available'
-    FROM due WHERE job.id = due.id
+    WHERE job.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING job.queue, job.state
 )
 SELECT count(*), (
@@ -1794,8 +1790,7 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM "eddyq_jobs" AS gone
-    USING doomed
-    WHERE gone.id = doomed.id
+    WHERE gone.id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING gone.finalized_at
 )
 SELECT count(*), max(finalized_at) FROM deleted
@@ -1809,8 +1804,7 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM "eddyq_jobs" AS gone
-    USING doomed
-    WHERE gone.id = doomed.id
+    WHERE gone.id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING gone.finalized_at
 )
 SELECT count(*), max(finalized_at) FROM deleted
@@ -1824,8 +1818,7 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM "eddyq_batches" AS gone
-    USING doomed
-    WHERE gone.id = doomed.id
+    WHERE gone.id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING gone.finalized_at
 )
 SELECT count(*), max(finalized_at) FROM deleted
@@ -1839,8 +1832,7 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM "eddyq_batches" AS gone
-    USING doomed
-    WHERE gone.id = doomed.id
+    WHERE gone.id = ANY(ARRAY(SELECT id FROM doomed))
     RETURNING gone.finalized_at
 )
 SELECT count(*), max(finalized_at) FROM deleted

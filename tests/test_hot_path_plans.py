@@ -8,6 +8,7 @@ and ``eddyq_queues`` analyzed while it holds their queue.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,12 @@ def plan(statement: str, params: dict[str, Any]) -> str:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def reads_jobs_by_primary_key(statement_plan: str) -> bool:
+    """Whether the plan finds the jobs it updates through the primary key (an index scan or a
+    bitmap scan, as the planner sees fit), never by reading the whole table."""
+    return "eddyq_jobs_pkey" in statement_plan and "Seq Scan on eddyq_jobs" not in statement_plan
 
 
 def claim_params(queues: list[str] | None) -> dict[str, Any]:
@@ -94,6 +101,39 @@ def test_a_worker_of_a_rare_queue_finds_its_jobs_by_the_queue_index() -> None:
     assert "Index Scan on eddyq_jobs_queue_claim_idx" in claim_plan or (
         "Index Scan using eddyq_jobs_queue_claim_idx" in claim_plan
     )
+
+
+@pytest.mark.usefixtures("busy_queue")
+@pytest.mark.parametrize("queues", [None, ["default"]])
+def test_the_claim_updates_the_jobs_it_picked_by_primary_key(queues: list[str] | None) -> None:
+    """Joined to the picked ids, the update was planned on a table this size as a hash join over
+    a scan of every row."""
+    claim_plan = plan(sql.claim_statement(40, queues), claim_params(queues))
+    assert reads_jobs_by_primary_key(claim_plan)
+
+
+@pytest.mark.usefixtures("busy_queue")
+def test_the_finish_looks_its_jobs_up_by_primary_key() -> None:
+    """The statistics say no job runs, as they do in a drain: joined to the outcomes alone, the
+    finish was planned as a scan of every row, each compared with every outcome."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.claim_statement(50, None), claim_params(None))
+        claimed = [row[0] for row in cursor.fetchall()]
+    outcomes = [{"id": job_id, "attempt": 1, "state": "completed"} for job_id in claimed]
+    finish_plan = plan(sql.FINISH_JOBS, {"worker_id": "test", "outcomes": json.dumps(outcomes)})
+    assert reads_jobs_by_primary_key(finish_plan)
+
+
+@pytest.mark.usefixtures("busy_queue")
+def test_promoting_due_jobs_updates_them_by_primary_key() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE eddyq_jobs SET state = 'scheduled', run_at = now() - interval '1 second'"
+            " WHERE id IN (SELECT id FROM eddyq_jobs ORDER BY id LIMIT 1000)"
+        )
+        cursor.execute("ANALYZE eddyq_jobs")
+    promote_plan = plan(sql.PROMOTE_DUE_ANY_QUEUE, {"now": None, "limit": 1000})
+    assert reads_jobs_by_primary_key(promote_plan)
 
 
 @pytest.fixture
