@@ -4,10 +4,11 @@ stuck past its timeout."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,20 +28,30 @@ def state(job: Job) -> str:
     return Job.objects.get(pk=job.pk).state
 
 
-def test_stop_closes_the_event_loop(run_burst_worker: RunWorker) -> None:
-    job = jobs.async_add.enqueue(1, 2)
-    # What earlier tests left for the collector (connections of their handler threads) is
-    # collected first, so that only what this worker leaves is recorded.
+@contextlib.contextmanager
+def resource_warnings() -> Iterator[list[str]]:
+    """The ResourceWarnings of what is dropped inside the block (a connection or a loop left
+    unclosed warns as it is deleted), collected at its end. What earlier tests left for the
+    collector (connections of their handler threads) is collected first, so that only what
+    the block leaves is recorded."""
     gc.collect()
+    messages: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
+        yield messages
+        gc.collect()
+    messages += [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_stop_closes_the_event_loop(run_burst_worker: RunWorker) -> None:
+    job = jobs.async_add.enqueue(1, 2)
+    with resource_warnings() as warned:
         worker = run_burst_worker()
         loop = worker._slots.event_loop.loop
         assert loop is not None and loop.is_closed()
         del worker, loop
-        gc.collect()
     assert state(job) == Job.State.COMPLETED
-    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert warned == []
 
 
 def test_the_handler_threads_close_their_connections_as_they_end(
@@ -50,15 +61,11 @@ def test_the_handler_threads_close_their_connections_as_they_end(
     monkeypatch.setitem(settings.DATABASES["default"], "CONN_MAX_AGE", 600)
     for label in "abcd":
         jobs.record.enqueue(label)
-    gc.collect()  # what earlier tests left, so that only this worker's threads are recorded
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ResourceWarning)
+    with resource_warnings() as warned:
         threads = run_burst_worker(concurrency=4)._slots._threads
         wait_for(lambda: not any(thread.is_alive() for thread in threads))
-        gc.collect()
     assert Job.objects.filter(state=Job.State.COMPLETED).count() == 4
-    # A connection dropped unclosed warns as it is deleted.
-    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert warned == []
 
 
 def test_stop_cancels_the_async_handlers_left_and_closes_the_loop(fast_settings: None) -> None:
