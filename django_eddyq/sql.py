@@ -1581,7 +1581,9 @@ SELECT job_id, workflow_id FROM cancelled_steps
 # each edge an ended step satisfies (it completed, or its dependent ignores failures) is counted
 # off its dependent once, and a dependent that waits on nothing more is released. The dependents
 # are locked in id order before their counts change: siblings ending at once on two workers
-# take turns, and the second sees the first's count. O(the ended steps' edges).
+# take turns, and the second sees the first's count. O(the ended steps' edges): they are found
+# by their upstream ids as given (ANY), since joined to the ended steps alone, the edges of a
+# few thousand steps were read whole at every pass.
 RELEASE_DEPENDENTS = """
 WITH ended AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(completed)s::boolean[]) AS ended(job_id, completed)
@@ -1589,7 +1591,8 @@ WITH ended AS (
     SELECT edge.downstream_id AS job_id, count(*) AS edges
     FROM ended
     JOIN eddyq_workflow_edges AS edge ON edge.upstream_id = ended.job_id
-    WHERE ended.completed OR edge.ignore_failure
+    WHERE edge.upstream_id = ANY(%(ids)s::bigint[])
+      AND (ended.completed OR edge.ignore_failure)
     GROUP BY edge.downstream_id
 ), locked AS (
     SELECT step.job_id, satisfied.edges
@@ -1625,7 +1628,9 @@ FROM released
 # ended (or again when a retry reopens one). A workflow that ends sets each of its jobs'
 # retention to expire with it, RETENTION seconds after it ended; one reopened keeps them again.
 # O(its steps), once per workflow's end. The workflows are found by their ids as given (ANY):
-# matched against the CTE, the planner scanned the whole table at every pass.
+# matched against the CTE, the planner scanned the whole table at every pass. Each one's change
+# is joined to it as it is locked, once: joined again in the update, the generic plan matched
+# every change with every locked workflow.
 WORKFLOW_PROGRESS = """
 WITH change AS (
     SELECT workflow_id, sum(finished)::integer AS finished, sum(failed)::integer AS failed
@@ -1633,24 +1638,27 @@ WITH change AS (
          AS change(workflow_id, finished, failed)
     GROUP BY workflow_id
 ), locked AS (
-    SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
-    WHERE id = ANY(%(workflow_ids)s::bigint[])
-    ORDER BY id
-    FOR UPDATE
+    SELECT workflow.id, workflow.finalized_at IS NOT NULL AS was_ended,
+           change.finished, change.failed
+    FROM eddyq_workflows AS workflow
+    JOIN change ON change.workflow_id = workflow.id
+    WHERE workflow.id = ANY(%(workflow_ids)s::bigint[])
+    ORDER BY workflow.id
+    FOR UPDATE OF workflow
 ), progressed AS (
     UPDATE eddyq_workflows AS workflow
-    SET unfinished = GREATEST(workflow.unfinished - change.finished, 0),
-        failed = GREATEST(workflow.failed + change.failed, 0),
+    SET unfinished = GREATEST(workflow.unfinished - locked.finished, 0),
+        failed = GREATEST(workflow.failed + locked.failed, 0),
         state = CASE
-            WHEN change.finished < 0 THEN 'running'
+            WHEN locked.finished < 0 THEN 'running'
             WHEN workflow.state = 'cancelled' THEN 'cancelled'
-            WHEN workflow.unfinished - change.finished > 0 THEN 'running'
-            WHEN workflow.failed + change.failed > 0 THEN 'failed'
+            WHEN workflow.unfinished - locked.finished > 0 THEN 'running'
+            WHEN workflow.failed + locked.failed > 0 THEN 'failed'
             ELSE 'completed' END,
-        finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
+        finalized_at = CASE WHEN workflow.unfinished - locked.finished <= 0
                             THEN COALESCE(workflow.finalized_at, now()) END
-    FROM change JOIN locked ON locked.id = change.workflow_id
-    WHERE workflow.id = change.workflow_id AND workflow.id = ANY(%(workflow_ids)s::bigint[])
+    FROM locked
+    WHERE workflow.id = locked.id
     RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
 ), kept AS (
     UPDATE eddyq_jobs AS job

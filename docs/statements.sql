@@ -2256,7 +2256,8 @@ WITH ended AS (
     SELECT edge.downstream_id AS job_id, count(*) AS edges
     FROM ended
     JOIN eddyq_workflow_edges AS edge ON edge.upstream_id = ended.job_id
-    WHERE ended.completed OR edge.ignore_failure
+    WHERE edge.upstream_id = ANY(%(ids)s::bigint[])
+      AND (ended.completed OR edge.ignore_failure)
     GROUP BY edge.downstream_id
 ), locked AS (
     SELECT step.job_id, satisfied.edges
@@ -2293,24 +2294,27 @@ WITH change AS (
          AS change(workflow_id, finished, failed)
     GROUP BY workflow_id
 ), locked AS (
-    SELECT id, finalized_at IS NOT NULL AS was_ended FROM eddyq_workflows
-    WHERE id = ANY(%(workflow_ids)s::bigint[])
-    ORDER BY id
-    FOR UPDATE
+    SELECT workflow.id, workflow.finalized_at IS NOT NULL AS was_ended,
+           change.finished, change.failed
+    FROM eddyq_workflows AS workflow
+    JOIN change ON change.workflow_id = workflow.id
+    WHERE workflow.id = ANY(%(workflow_ids)s::bigint[])
+    ORDER BY workflow.id
+    FOR UPDATE OF workflow
 ), progressed AS (
     UPDATE eddyq_workflows AS workflow
-    SET unfinished = GREATEST(workflow.unfinished - change.finished, 0),
-        failed = GREATEST(workflow.failed + change.failed, 0),
+    SET unfinished = GREATEST(workflow.unfinished - locked.finished, 0),
+        failed = GREATEST(workflow.failed + locked.failed, 0),
         state = CASE
-            WHEN change.finished < 0 THEN 'running'
+            WHEN locked.finished < 0 THEN 'running'
             WHEN workflow.state = 'cancelled' THEN 'cancelled'
-            WHEN workflow.unfinished - change.finished > 0 THEN 'running'
-            WHEN workflow.failed + change.failed > 0 THEN 'failed'
+            WHEN workflow.unfinished - locked.finished > 0 THEN 'running'
+            WHEN workflow.failed + locked.failed > 0 THEN 'failed'
             ELSE 'completed' END,
-        finalized_at = CASE WHEN workflow.unfinished - change.finished <= 0
+        finalized_at = CASE WHEN workflow.unfinished - locked.finished <= 0
                             THEN COALESCE(workflow.finalized_at, now()) END
-    FROM change JOIN locked ON locked.id = change.workflow_id
-    WHERE workflow.id = change.workflow_id AND workflow.id = ANY(%(workflow_ids)s::bigint[])
+    FROM locked
+    WHERE workflow.id = locked.id
     RETURNING workflow.id, workflow.finalized_at, workflow.retention, locked.was_ended
 ), kept AS (
     UPDATE eddyq_jobs AS job
