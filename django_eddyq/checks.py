@@ -259,8 +259,8 @@ def check_reindex_indexes(
 ) -> list[CheckMessage]:
     """REINDEX_INDEXES names only indexes of eddyq_jobs; the reindexer would skip the others.
 
-    Says nothing when the queue's database is not among ``databases``, can't be reached, or
-    has no eddyq_jobs yet (before migrate).
+    Says nothing when the names are the default ones, when the queue's database is not among
+    ``databases``, can't be reached, or has no eddyq_jobs yet (before migrate).
     """
     try:
         alias = eddyq_settings.DATABASE
@@ -268,6 +268,10 @@ def check_reindex_indexes(
     except ImproperlyConfigured:
         return []  # reported by check_values
     if not names or not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    if tuple(names) == DEFAULTS["REINDEX_INDEXES"]:
+        # The migrations create them: nothing to ask the database, which a worker would open
+        # a connection for before its first claim.
         return []
     connection = connections[alias]
     if connection.vendor != "postgresql":
