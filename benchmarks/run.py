@@ -521,16 +521,19 @@ def targets(by_key: dict[str, Subject], extras: dict[str, Any]) -> list[dict[str
         checks.append({"target": name, "measured": measured, "goal": goal, "holds": holds})
 
     drain = get("eddyq", "drain_c10")
+    steady = get("eddyq", "drain_c10_steady")
     pgq = get("pgqueuer", "drain")
     raw100 = get("raw", "claim_batch100")
     if drain and pgq:
         check("drain, one process ≥ 3x PgQueuer", f"x{drain / pgq:.2f}", "≥ x3", drain >= 3 * pgq)
-    if drain and raw100:
+    if steady and raw100:
+        # The raw loop runs in a process already up: the drain is held to it after its first
+        # claim, as the issue that set the target measured it.
         check(
-            "drain, one process ≥ 60 % of raw batch-100 loop",
-            f"{drain / raw100:.0%}",
+            "drain after its first claim, one process ≥ 60 % of raw batch-100 loop",
+            f"{steady / raw100:.0%}",
             "≥ 60 %",
-            drain >= 0.6 * raw100,
+            steady >= 0.6 * raw100,
         )
     instrumented = get("eddyq", "drain_c10_instrumented")
     if drain and instrumented:
@@ -898,6 +901,21 @@ def limits_rows(
     ]
 
 
+def drain_steady_rows(
+    by_key: dict[str, Subject],
+) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """The plain drain without its start-up, beside the raw loop (which has none)."""
+    steady = figure(by_key.get("eddyq"), "drain_c10_steady")[0]
+    raw100 = figure(by_key.get("raw"), "claim_batch100")[0]
+    if not isinstance(steady, float):
+        return []
+    rows = [("django-eddyq  --concurrency 10", f"{steady:,.0f} /s", "")]
+    if isinstance(raw100, float):
+        rows[0] = (rows[0][0], rows[0][1], f"{steady / raw100:.0%} of raw")
+        rows.append(("raw psycopg   claim + complete, batch 100", f"{raw100:,.0f} /s", "100 %"))
+    return [("Drain, first claim → last completion [jobs/s; % of the raw batch-100 loop]", rows)]
+
+
 def flow_steady_rows(eddyq: Subject | None) -> list[tuple[str, list[tuple[str, str, str]]]]:
     """The flow-control drains without their start-up: a worker reads which queues are limited
     at its first pass, so its first claim of a limited queue may wait a poll interval."""
@@ -1031,6 +1049,7 @@ def report(document: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                 rows,
             )
         )
+    extra_rows.extend(drain_steady_rows(by_key))
     extra_rows.extend(flow_steady_rows(by_key.get("eddyq")))
     extra_rows.extend(workflow_rows(sizes, by_key.get("eddyq")))
     if "limits" in extras:
