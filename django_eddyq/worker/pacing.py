@@ -15,7 +15,7 @@ CLAIM_AHEAD_SECONDS = 0.02
 # ... and never more than this many times its concurrency (a bound only for jobs of well under a
 # millisecond). One that has not started after READY_MAX_WAIT_SECONDS (long jobs took every
 # slot meanwhile) goes back to the queue.
-CLAIM_AHEAD_FACTOR = 10
+CLAIM_AHEAD_FACTOR = 30
 READY_MAX_WAIT_SECONDS = 1.0
 # When told to stop (not when recycled), a job not started this long after it was queued goes
 # back at once: a free thread takes a queued job up within a moment, so it is waiting for a slot.
