@@ -263,7 +263,7 @@ _CLAIMED_JOB = """state = 'running',
 # The names are a primary key, never NULL, so NOT IN means what it says.
 # The jobs picked are updated by primary key, written as id = ANY(ARRAY(...)): joined to the
 # picked ids instead, a table of a few thousand rows was planned as a hash join over a scan of
-# every row, dead ones included, at every pass (twice as slow, and slower as a drain went on).
+# every row at every pass, the dead rows a drain leaves behind included.
 _CLAIM = """
 WITH picked AS (
     SELECT id FROM eddyq_jobs
