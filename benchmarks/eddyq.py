@@ -181,10 +181,15 @@ class Paced(Eddyq):
 
 
 class PacedPerKey(Paced):
-    """``Paced``, of jobs limited to one running per customer."""
+    """``Paced``, of jobs limited to one running per customer, by workers that declare their
+    task (``benchmarks.keyed``)."""
+
+    def __init__(self, url: str, env: dict[str, str]) -> None:
+        modules = f"{env['EDDYQ_TASK_MODULES']},benchmarks.keyed"
+        super().__init__(url, {**env, "EDDYQ_TASK_MODULES": modules})
 
     def prefill(self, n: int) -> None:
-        from benchmarks.noop import pause_per_customer
+        from benchmarks.keyed import pause_per_customer
 
         customers = [job // FLOW_JOBS_PER_KEY for job in range(n)]
         random.Random(n).shuffle(customers)

@@ -17,12 +17,6 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-@task(concurrency=1, key=lambda seconds, customer: customer)
-def pause_per_customer(seconds: float, customer: int) -> None:
-    """``pause``, at most one running per customer on all workers (flow control's keyed row)."""
-    time.sleep(seconds)
-
-
 @task(atomic=True)
 def atomic_noop() -> None:
     """Does nothing, atomically: what is measured is the cost of a completion committed on its
