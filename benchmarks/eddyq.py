@@ -768,7 +768,7 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
 
         def generic(statement: str) -> list[str]:
             # GENERIC_PLAN takes $n parameters: number the named ones in order of appearance.
-            numbered = _numbered(statement)
+            numbered = common.numbered_parameters(statement)[0]
             rows = connection.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + numbered).fetchall()
             return [row[0] for row in rows]
 
@@ -814,20 +814,6 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
     queue.reset()
     queue.close()
     return out
-
-
-def _numbered(statement: str) -> str:
-    import re
-
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", number, statement)
 
 
 if __name__ == "__main__":

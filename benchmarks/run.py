@@ -909,9 +909,9 @@ def drain_steady_rows(
     raw100 = figure(by_key.get("raw"), "claim_batch100")[0]
     if not isinstance(steady, float):
         return []
-    rows = [("django-eddyq  --concurrency 10", f"{steady:,.0f} /s", "")]
+    share = f"{steady / raw100:.0%} of raw" if isinstance(raw100, float) else ""
+    rows = [("django-eddyq  --concurrency 10", f"{steady:,.0f} /s", share)]
     if isinstance(raw100, float):
-        rows[0] = (rows[0][0], rows[0][1], f"{steady / raw100:.0%} of raw")
         rows.append(("raw psycopg   claim + complete, batch 100", f"{raw100:,.0f} /s", "100 %"))
     return [("Drain, first claim → last completion [jobs/s; % of the raw batch-100 loop]", rows)]
 

@@ -269,7 +269,7 @@ def check_reindex_indexes(
         return []  # reported by check_values
     if not names or not databases or alias not in databases or alias not in settings.DATABASES:
         return []
-    if tuple(names) == DEFAULTS["REINDEX_INDEXES"]:
+    if names == DEFAULTS["REINDEX_INDEXES"]:
         # The migrations create them: nothing to ask the database, which a worker would open
         # a connection for before its first claim.
         return []

@@ -9,7 +9,6 @@ and ``eddyq_queues`` analyzed while it holds their queue.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from benchmarks.common import numbered_parameters
 from django_eddyq import enqueue, sql
 from django_eddyq.worker import passes
 from django_eddyq.worker.pacing import claim_limit
@@ -310,10 +310,7 @@ def test_ending_steps_reads_each_job_by_its_id(chains_half_done: list[int]) -> N
 def generic_plan(statement: str, params: dict[str, Any]) -> str:
     """The plan of ``statement`` as a worker runs it once prepared: generic (arrays of unknown
     length), run with ANALYZE, so that its rows say what each step read."""
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
-    numbered = re.sub(
-        r"%\((\w+)\)s", lambda found: f"${names.index(found.group(1)) + 1}", statement
-    )
+    numbered, names = numbered_parameters(statement)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE generic AS {numbered.replace('%%', '%')}")
