@@ -163,13 +163,20 @@ def test_status_exits_1_without_a_running_worker_or_a_leader(eddyq: Any) -> None
 
 def test_status_watch_repeats_until_interrupted(worker_environment: dict[str, str]) -> None:
     live_worker()
-    process = subprocess.Popen(
-        [sys.executable, str(MANAGE), "eddyq", "status", "--json", "--watch", "0.2"],
-        env=worker_environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A child inherits SIGINT ignored (as in a test run started in the background of a
+    # non-interactive shell), and Python then never turns it into KeyboardInterrupt; a signal
+    # this process handles is at its default in the child.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, str(MANAGE), "eddyq", "status", "--json", "--watch", "0.2"],
+            env=worker_environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert process.stdout is not None
     documents = [json.loads(process.stdout.readline()) for _ in range(2)]
     process.send_signal(signal.SIGINT)
