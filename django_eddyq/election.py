@@ -100,6 +100,10 @@ class Elector(Loop):
     def on_stop(self) -> None:
         was_leading = self._leading
         if was_leading:
+            # Told to stop before the lease is withdrawn, so that a pass its end cuts short
+            # knows it was stopped, not starved of its lease.
+            for service in self.services:
+                service.stop()
             # Not leading from here on: the services' fence refuses their next statement.
             self._leading = False
             self._stop_services()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -150,6 +152,52 @@ def test_no_statement_of_a_pass_is_sent_after_the_lease(caplog: pytest.LogCaptur
     assert sent == ["SELECT count(*) FROM eddyq_jobs"]
     assert "the leader lease ran out before the statement was sent" in caplog.text
     service.on_stop()
+
+
+class HeldUntilResigned(Service):
+    """A service whose pass is under way when its leader resigns: it waits for the lease to
+    go, then sends a statement (the fence refuses it) or ends without one."""
+
+    name = "held"
+    interval_setting = "SCHEDULER_INTERVAL"
+
+    def __init__(self, *, statement_after: bool) -> None:
+        super().__init__()
+        self.statement_after = statement_after
+        self.under_way = threading.Event()
+        self.result: int | None = None
+
+    def run_once(self, now: datetime | None = None) -> int:
+        with self.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            self.under_way.set()
+            wait_for(lambda: self.lease_left() <= 0, seconds=10)
+            if self.statement_after:
+                cursor.execute("SELECT 2")
+        return 1
+
+    def loop_pass(self) -> int:
+        self.result = super().loop_pass()
+        return self.result
+
+
+@pytest.mark.parametrize("statement_after", [True, False])
+def test_a_leader_that_resigns_cuts_its_passes_short_without_a_warning(
+    short_lease: None, caplog: pytest.LogCaptureFixture, statement_after: bool
+) -> None:
+    """A graceful stop (a burst worker done, a deploy) ends the passes under way as a
+    resignation, not as a lost lease: nothing for an operator to look into."""
+    caplog.set_level(logging.DEBUG, "django_eddyq")
+    service = HeldUntilResigned(statement_after=statement_after)
+    elector = Elector("resigning", [service])
+    assert elector.run_once() == 1
+    assert service.under_way.wait(10)
+    elector.on_stop()
+    assert service.result == (0 if statement_after else 1)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    cut_short = "eddyq held: pass cut short, the leader stopped"
+    assert (cut_short in caplog.text) == statement_after
+    assert "resigned the leadership" in caplog.text
 
 
 def session_timeouts() -> tuple[str, str]:

@@ -72,8 +72,9 @@ class Service(Loop):
     def fenced_pass(self, run: Callable[[], int]) -> int:
         """Run ``run()`` as a pass: skipped unless this process may run maintenance, each of its
         statements fenced by the lease (see ``_fence``); a pass the fence cuts short is a
-        WARNING. A pass that ends under the lease logs its leader and its time window, at
-        DEBUG: what an audit of "never two leaders" reads."""
+        WARNING, unless the service was stopped (its leader resigned or stepped down). A pass
+        that ends under the lease logs its leader and its time window, at DEBUG: what an audit
+        of "never two leaders" reads."""
         if not self.may_run():
             return 0
         started = time.time()
@@ -83,19 +84,26 @@ class Service(Loop):
         except (LeaseExpired, DatabaseError) as error:
             if self.may_run():
                 raise
-            logger.warning(
-                "eddyq %s: pass cut short, the leader lease ran out (%s)",
-                self.name,
-                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
-            )
+            if self.stopping:
+                # Its leader resigned, or stepped down and says why itself.
+                logger.info("eddyq %s: pass cut short, the leader stopped", self.name)
+            else:
+                logger.warning(
+                    "eddyq %s: pass cut short, the leader lease ran out (%s)",
+                    self.name,
+                    str(error).strip().splitlines()[0]
+                    if str(error).strip()
+                    else type(error).__name__,
+                )
             self.on_failure()
             return 0
         if count:
             logger.info("eddyq %s: %d %s", self.name, count, self.verb)
         if not self.may_run():
-            # Paused past its lease after its last statement: what it did was under the lease,
-            # but its window would claim time the next leader may have had.
-            logger.warning("eddyq %s: pass ended after the leader lease ran out", self.name)
+            # Paused past its lease after its last statement (or stopped): what it did was
+            # under the lease, but its window would claim time the next leader may have had.
+            if not self.stopping:
+                logger.warning("eddyq %s: pass ended after the leader lease ran out", self.name)
             return count
         logger.debug(
             "eddyq %s: pass by leader %s from %.6f to %.6f",
