@@ -19,7 +19,12 @@ from demo.models import Execution
 from django_eddyq.handlers import default_backoff
 from django_eddyq.models import Job
 from django_eddyq.worker import Worker, passes
-from django_eddyq.worker.pacing import CLAIM_AHEAD_FACTOR, READY_MAX_WAIT_SECONDS
+from django_eddyq.worker.pacing import (
+    CLAIM_AHEAD_FACTOR,
+    CLAIM_AHEAD_MAX_SECONDS,
+    CLAIM_AHEAD_PASSES,
+    READY_MAX_WAIT_SECONDS,
+)
 from django_eddyq.worker.passes import Pass, PassRunner, run_pass
 from tests import jobs
 from tests.conftest import FAST_SETTINGS
@@ -445,6 +450,27 @@ def test_claims_ahead_only_while_its_jobs_finish_quickly() -> None:
     assert worker._pacing.room() == 4 + 8
     worker._pacing.run_seconds = 1.0
     assert worker._pacing.room() == 4
+
+
+def test_claims_far_enough_ahead_to_outlast_its_passes() -> None:
+    """When passes take longer than CLAIM_AHEAD_SECONDS (a busy or distant server), the jobs
+    claimed ahead last for CLAIM_AHEAD_PASSES of them, so that slots do not run dry while the
+    next pass is under way."""
+    pacing = Worker(concurrency=4)._pacing
+    pacing.run_seconds = 0.01  # four slots finish one every 2.5 ms
+    pacing.claimed(12, 12, took=0.002)
+    assert pacing.room() == 4 + 8 - 12  # quick passes: CLAIM_AHEAD_SECONDS sets the bound
+    pacing.held = 0
+    for _ in range(50):
+        pacing.claimed(1, 0, took=0.05)
+    assert pacing.pass_seconds == pytest.approx(0.05, rel=0.01)
+    ahead = int(4 * CLAIM_AHEAD_PASSES * pacing.pass_seconds / 0.01)
+    assert pacing.room() == 4 + ahead > 4 + 8
+    pacing.claimed(0, 0, took=5.0)  # a pass that did not claim says nothing of the claims'
+    assert pacing.room() == 4 + ahead
+    for _ in range(50):
+        pacing.claimed(1, 0, took=5.0)  # a stalled server: no more than the cap
+    assert pacing.room() == 4 + int(4 * CLAIM_AHEAD_MAX_SECONDS / 0.01)
 
 
 @pytest.mark.parametrize("probe", [jobs.overlap_probe, jobs.async_overlap_probe])

@@ -12,6 +12,11 @@ from collections.abc import Callable
 # The extra jobs wait about this long at most at the recent pace of the worker's jobs (none are
 # claimed ahead of slow jobs, so that other workers get them)...
 CLAIM_AHEAD_SECONDS = 0.02
+# ... or, when passes take longer (a server busy with many workers, a distant one), as long as
+# this many recent passes, so that they last until the next pass is back with more; but not so
+# long that a slow pass has one worker hold jobs that idle ones could run...
+CLAIM_AHEAD_PASSES = 2
+CLAIM_AHEAD_MAX_SECONDS = 0.25
 # ... and never more than this many times its concurrency (a bound only for jobs of well under a
 # millisecond). One that has not started after READY_MAX_WAIT_SECONDS (long jobs took every
 # slot meanwhile) goes back to the queue.
@@ -36,6 +41,7 @@ class Pacing:
         # Claimed and not yet ended or handed back: running, or queued for a free slot.
         self.held = 0
         self.run_seconds: float | None = None  # the recent average, from start to collected
+        self.pass_seconds = 0.0  # the recent average, from sent to committed and taken back
         # A claim that came back full: more jobs may be waiting. After one that came back
         # short, the next waits for a notification of new jobs, outcomes to write, or the poll
         # interval.
@@ -48,7 +54,9 @@ class Pacing:
         some to start as soon as slots free up."""
         ahead = 0
         if self.run_seconds is not None:
-            pace = self.concurrency * CLAIM_AHEAD_SECONDS / max(self.run_seconds, 1e-6)
+            by_passes = min(CLAIM_AHEAD_PASSES * self.pass_seconds, CLAIM_AHEAD_MAX_SECONDS)
+            seconds = max(CLAIM_AHEAD_SECONDS, by_passes)
+            pace = self.concurrency * seconds / max(self.run_seconds, 1e-6)
             ahead = min(self.concurrency * CLAIM_AHEAD_FACTOR, int(pace))
         return self.concurrency + ahead - self.held
 
@@ -65,10 +73,12 @@ class Pacing:
         self.jobs_notified = False
         return claim_limit(self.room())
 
-    def claimed(self, asked: int, got: int) -> None:
-        """A pass that asked for ``asked`` jobs (0: it did not claim) committed with ``got``."""
+    def claimed(self, asked: int, got: int, *, took: float) -> None:
+        """A pass that asked for ``asked`` jobs (0: it did not claim) committed with ``got``,
+        ``took`` seconds after it was sent."""
         self.held += got
         if asked:
+            self.pass_seconds += RUN_TIME_WEIGHT * (took - self.pass_seconds)
             self.claim_more = got == asked
             if not self.claim_more:
                 self.next_poll = time.monotonic() + self._poll_interval()

@@ -46,6 +46,7 @@ class Pass:
     seen: dict[str, Any] | None = None  # the worker's row in the registry, when it is due
 
     read_limits: bool = False  # read which queues are limited (``sql.LIMITED_QUEUES``)
+    sent_at: float = 0.0  # monotonic, set as it is sent
 
     written: set[int] = dataclasses.field(default_factory=set)  # outcomes stored (committed too)
     renewed: list[tuple[int, bool]] = dataclasses.field(default_factory=list)  # (id, cancelled)
@@ -297,6 +298,7 @@ class PassRunner:
     def send(self, planned: Pass, *, here: bool) -> None:
         """Run the pass on this thread (``here``), or hand it to the database thread."""
         result: Future[Pass] = Future()
+        planned.sent_at = time.monotonic()
         self.in_flight = (planned, result)
         if here:
             self._run_into(planned, result)

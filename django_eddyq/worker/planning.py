@@ -127,7 +127,7 @@ class Planner:
             self._recover_from(planned, error)
             return None
         # What the next plan must know at once; the rest waits for _act_on.
-        self._pacing.claimed(done.claim, len(done.claimed))
+        self._pacing.claimed(done.claim, len(done.claimed), took=time.monotonic() - done.sent_at)
         return done
 
     def _recover_from(self, failed: Pass, error: Exception) -> None:
