@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -303,18 +302,3 @@ def version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
-
-
-def numbered_parameters(statement: str) -> tuple[str, list[str]]:
-    """``statement`` with its named parameters (``%(name)s``) numbered ``$1``, ``$2``... in
-    order of first appearance, as PREPARE and EXPLAIN (GENERIC_PLAN) take them, and their
-    names in that order."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", number, statement), names

@@ -744,6 +744,7 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
     import psycopg
 
     from django_eddyq import sql
+    from django_eddyq.db import numbered_parameters
 
     setup_django()
     url = config["retained_url"]
@@ -767,8 +768,8 @@ def plans(config: dict[str, Any]) -> dict[str, Any]:
             return [row[0] for row in cursor.fetchall()]
 
         def generic(statement: str) -> list[str]:
-            # GENERIC_PLAN takes $n parameters: number the named ones in order of appearance.
-            numbered = common.numbered_parameters(statement)[0]
+            # GENERIC_PLAN takes $n parameters.
+            numbered = numbered_parameters(statement)[0]
             rows = connection.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + numbered).fetchall()
             return [row[0] for row in rows]
 

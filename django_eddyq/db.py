@@ -8,6 +8,9 @@ never break the worker.
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -65,3 +68,49 @@ def database_now(cursor: Any) -> datetime:
     (now,) = cursor.fetchone()
     now_utc: datetime = now.astimezone(UTC)
     return now_utc
+
+
+# A named parameter, or an escaped percent sign.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+def numbered_parameters(statement: str) -> tuple[str, list[str]]:
+    """``statement`` as PostgreSQL takes it: its named parameters (``%(name)s``) numbered
+    ``$1``, ``$2``... in order of first appearance, its ``%%`` a ``%``; and the parameters'
+    names in that order."""
+    names: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PLACEHOLDER.sub(replace, statement), names
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NumberedStatement:
+    """A statement of named parameters, converted once to the numbered form psycopg sends.
+
+    psycopg converts a statement's parameters at each execution, and caches that only for
+    statements of under 4 KB: longer ones (the keyed claim's) were split again at every pass.
+    """
+
+    text: str
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, statement: str) -> NumberedStatement:
+        text, names = numbered_parameters(statement)
+        return cls(text, tuple(names))
+
+    def execute(
+        self, connection: psycopg.Connection[tuple[Any, ...]], params: Mapping[str, Any]
+    ) -> psycopg.Cursor[tuple[Any, ...]]:
+        """Run it on ``connection`` (in a pipeline too), its parameters taken from ``params``."""
+        cursor = psycopg.RawCursor(connection)
+        cursor.execute(self.text, [params[name] for name in self.names])
+        return cursor

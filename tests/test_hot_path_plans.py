@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from benchmarks.common import numbered_parameters
 from django_eddyq import enqueue, sql
+from django_eddyq.db import numbered_parameters
 from django_eddyq.worker import passes
 from django_eddyq.worker.pacing import claim_limit
 from django_eddyq.worker.passes import Pass, run_pass
@@ -313,7 +313,7 @@ def generic_plan(statement: str, params: dict[str, Any]) -> str:
     numbered, names = numbered_parameters(statement)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE generic AS {numbered.replace('%%', '%')}")
+        cursor.execute(f"PREPARE generic AS {numbered}")
         try:
             cursor.execute(
                 "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic"

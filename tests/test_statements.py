@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from psycopg import sql as psql
 
-from django_eddyq import checks, sql
+from django_eddyq import checks, db, sql
 from django_eddyq.inspection import state_counts_query
 from django_eddyq.retention import job_expiries
 from django_eddyq.vocabulary import TERMINAL_STATES, JobState
@@ -352,3 +352,13 @@ def test_the_switch_that_rewrites_the_file_is_not_reported_as_a_setting(
     monkeypatch.setenv(WRITE, "1")
     messages = checks.check_unknown_environment_variables()
     assert [message for message in messages if WRITE in message.msg] == []
+
+
+@pytest.mark.django_db
+def test_a_numbered_statement_is_sent_as_postgresql_takes_it() -> None:
+    statement = db.NumberedStatement.of("SELECT %(b)s::int - %(a)s::int, %(b)s::int, '100%%'")
+    assert statement.text == "SELECT $1::int - $2::int, $1::int, '100%'"
+    assert statement.names == ("b", "a")
+    with db.connect() as connection:
+        row = statement.execute(connection, {"a": 1, "b": 3, "unused": 9}).fetchone()
+    assert row == (2, 3, "100%")

@@ -10,6 +10,7 @@ committed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import queue
@@ -24,6 +25,7 @@ from psycopg.types.string import TextLoader
 
 from django_eddyq import db, registry, sql
 from django_eddyq.conf import eddyq_settings
+from django_eddyq.db import NumberedStatement
 from django_eddyq.limits import Limits
 from django_eddyq.maintenance.scheduler import PROMOTE_BATCH
 from django_eddyq.operations import complete_batches
@@ -157,20 +159,22 @@ def run_pass(
                 if queues is None:
                     connection.execute(sql.LIMITED_CLAIM_WITHOUT_SORT)
                 connection.execute(sql.LIMITED_CLAIM_GENERIC_PLANS)
+                limited_claim: dict[str, Any] = {
+                    **claimer,
+                    "limit": planned.claim,
+                    "limited": list(limited),
+                }
                 if keyed:
-                    connection.execute(
-                        sql.lock_keys_statement(queues),
-                        {"queues": queues, "limit": planned.claim, **keyed.params},
+                    lock_keys, keyed_claim = _keyed_statements(
+                        None if queues is None else tuple(queues), others
                     )
-                claim = connection.execute(
-                    sql.limited_claim_statement(queues, others=others, keyed=keyed is not None),
-                    {
-                        **claimer,
-                        "limit": planned.claim,
-                        "limited": list(limited),
-                        **(keyed.params if keyed else {}),
-                    },
-                )
+                    keyed_params = {**limited_claim, **keyed.params}
+                    lock_keys.execute(connection, keyed_params)
+                    claim = keyed_claim.execute(connection, keyed_params)
+                else:
+                    claim = connection.execute(
+                        sql.limited_claim_statement(queues, others=others), limited_claim
+                    )
             else:
                 if queues is None:
                     connection.execute(sql.CLAIM_WITHOUT_SORT)
@@ -195,6 +199,18 @@ def run_pass(
         planned.claimed = sorted(map(claimed_job, claim.fetchall()), key=_order)
         planned.changed += len(planned.claimed)
     return planned
+
+
+@functools.cache
+def _keyed_statements(
+    queues: tuple[str, ...] | None, others: bool
+) -> tuple[NumberedStatement, NumberedStatement]:
+    """The locks of the keys and the keyed claim, as sent: several KB each, too long for
+    psycopg to cache their conversion."""
+    return (
+        NumberedStatement.of(sql.lock_keys_statement(queues)),
+        NumberedStatement.of(sql.limited_claim_statement(queues, others=others, keyed=True)),
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
