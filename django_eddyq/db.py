@@ -107,7 +107,7 @@ class NumberedStatement:
         text, names = numbered_parameters(statement)
         return cls(text, tuple(names))
 
-    def execute(
+    def send(
         self, connection: psycopg.Connection[tuple[Any, ...]], params: Mapping[str, Any]
     ) -> psycopg.Cursor[tuple[Any, ...]]:
         """Run it on ``connection`` (in a pipeline too), its parameters taken from ``params``."""

@@ -360,5 +360,5 @@ def test_a_numbered_statement_is_sent_as_postgresql_takes_it() -> None:
     assert statement.text == "SELECT $1::int - $2::int, $1::int, '100%'"
     assert statement.names == ("b", "a")
     with db.connect() as connection:
-        row = statement.execute(connection, {"a": 1, "b": 3, "unused": 9}).fetchone()
+        row = statement.send(connection, {"a": 1, "b": 3, "unused": 9}).fetchone()
     assert row == (2, 3, "100%")

@@ -169,8 +169,8 @@ def run_pass(
                         None if queues is None else tuple(queues), others
                     )
                     keyed_params = {**limited_claim, **keyed.params}
-                    lock_keys.execute(connection, keyed_params)
-                    claim = keyed_claim.execute(connection, keyed_params)
+                    lock_keys.send(connection, keyed_params)
+                    claim = keyed_claim.send(connection, keyed_params)
                 else:
                     claim = connection.execute(
                         sql.limited_claim_statement(queues, others=others), limited_claim

@@ -67,6 +67,11 @@ REVIEWED = {
         "state's retention.job_expiries() conditions (the cleaner's, with now()) ORed; limits "
         "and periods are %s parameters"
     ),
+    ("db.py", "send"): (
+        "NumberedStatement.text: a statement of sql.py, built by its functions from constant "
+        "fragments (the keyed claim's: worker/passes.py _keyed_statements), with its %(name)s "
+        "numbered by db.numbered_parameters; values are parameters"
+    ),
     ("managers.py", "as_sql"): (
         "managers.expired_job_condition(): sql.JOB_EXPIRED_* formatted with column references "
         "Django compiled (quoted identifiers) and the fixed terminal states; the retention "
