@@ -1,5 +1,5 @@
-"""The queue's own connections, apart from the ones Django lends to user code, and the
-database's clock.
+"""The queue's own connections, apart from the ones Django lends to user code, the database's
+clock, and statements sent in the numbered form PostgreSQL takes.
 
 The worker's bookkeeping (claims, heartbeats, completions) runs on connections of its own, made
 from the queue database's Django settings, so that a handler that breaks its transaction can
