@@ -100,13 +100,7 @@ class Elector(Loop):
     def on_stop(self) -> None:
         was_leading = self._leading
         if was_leading:
-            # Told to stop before the lease is withdrawn, so that a pass its end cuts short
-            # knows it was stopped, not starved of its lease.
-            for service in self.services:
-                service.stop()
-            # Not leading from here on: the services' fence refuses their next statement.
-            self._leading = False
-            self._stop_services()
+            self._end_leadership()
         try:
             if was_leading:
                 self._connect().execute(sql.RESIGN_LEADER, self._params())
@@ -145,18 +139,20 @@ class Elector(Loop):
 
     def _step_down(self, reason: str) -> None:
         logger.warning("eddyq elector %s: stepping down, %s", self.worker_id, reason)
-        self._leading = False
-        self._valid_until = 0.0
-        self._stop_services()
+        self._end_leadership()
         send(leader_resigned, type(self), worker_id=self.worker_id, reason=reason)
 
-    def _stop_services(self) -> None:
-        """Stop the services and wait for each to end its pass, however long: resigning (or
-        campaigning again) before they end could let a statement run beside the next leader.
-        No wait is long: the lease is no longer this process's, so the fence refuses their
-        next statement and ends the one under way (see ``Service._fence``)."""
+    def _end_leadership(self) -> None:
+        """Stop the services, withdraw the lease from them, and wait for each to end its pass,
+        however long: resigning (or campaigning again) before they end could let a statement
+        run beside the next leader. No wait is long: the lease is no longer this process's, so
+        the fence refuses their next statement and ends the one under way (see
+        ``Service._fence``). They are told to stop first, so that a pass the lease's end cuts
+        short knows it was stopped, not starved of its lease."""
         for service in self.services:
             service.stop()
+        self._leading = False
+        self._valid_until = 0.0
         for service in self.services:
             while not service.join(SERVICE_STOP_SECONDS):
                 logger.warning(
